@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 EXAMPLE ?= examples/quickstart.yaml
 SEED ?= 7
 
-.PHONY: run test lint typecheck unit bench clean install
+.PHONY: run test lint typecheck unit bench clean install test-binaries e2e
 
 install: $(STAMP)
 
@@ -30,6 +30,14 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	@$(VENV)/bin/mypy
+
+## test-binaries: etcd, kube-apiserver, kubectl for e2e (cached; built from hack/tools/* with Go)
+test-binaries:
+	@hack/build-test-binaries.sh
+
+## e2e: only the tests against a real kube-apiserver + etcd
+e2e: $(STAMP)
+	@CHAOSFLOW_REQUIRE_E2E=1 $(PY) -m pytest -q -p no:cacheprovider -m e2e tests/e2e
 
 ## bench: performance figures as JSON (bench/results.json)
 bench: $(STAMP)
