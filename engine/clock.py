@@ -56,8 +56,7 @@ class VirtualClock:
         return self._now
 
     def advance_to(self, t: float) -> None:
-        if t > self._now:
-            self._now = t
+        self._now = max(self._now, t)
 
     def advance(self, seconds: float) -> None:
         self.advance_to(self._now + seconds)

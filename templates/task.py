@@ -1,0 +1,237 @@
+"""Task: run a container in a Pod, evaluate conditional branches on its result, run the true ones.
+
+Phases: Init -> Running (pod) -> Evaluating -> WaitingForSchedule -> WaitingForChild -> Succeed.
+
+| event \\ phase           | Init               | Running                          | Evaluating             | WaitingForSchedule | WaitingForChild |
+|-------------------------|--------------------|----------------------------------|------------------------|--------------------|-----------------|
+| NodeCreated             | create pod -> Running | -                             | -                      | -                  | -               |
+| NodePodCreated          | -                  | observe the pod                  | -                      | -                  | -               |
+| NodeObjectChanged       | -                  | pod ended: collect exit code and logs; pod gone: -> Failed | - | -            | -               |
+| NodePodFinished         | -                  | -> Evaluating                    | -                      | -                  | -               |
+| NodeEvaluate            | -                  | -                                | branches -> WaitingForSchedule; error -> Failed | - | -         |
+| NodePickChildToSchedule | -                  | -                                | -                      | create the true branches -> WaitingForChild; none -> Succeed | - |
+| ChildNodeSucceed/Failed | -                  | -                                | -                      | -                  | as Parallel     |
+
+Unlike Chaos Mesh: a pod that exits non-zero fails the node unless a conditional branch handled
+the result (chaos-mesh #2407); ``task: {}`` is rejected at validation (#3092); a broken branch
+expression fails the node with the error instead of stalling it; a pod that vanishes before it
+finished fails the node and is not re-created, so side effects never repeat (#4878). The pod gets
+the restricted security context unless the container sets its own.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from engine.expr import ExprError, check_syntax
+from engine.model import LABEL_NODE, LABEL_TEMPLATE, LABEL_WORKFLOW
+from engine.phases import Act, Effect, Event, Notify, Observe, StopRequest, Transition
+from engine.schedulers import TaskScheduler
+from templates.base import IGNORED, CompositeMachine, E, P, create_children, finish, finish_stopped
+
+if TYPE_CHECKING:
+    from engine.model import Template
+    from engine.runtime import Node, WorkflowRun
+
+RESTRICTED_CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_POD_SECURITY_CONTEXT: dict[str, Any] = {
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def task_pod(run: WorkflowRun, node: Node, tmpl: Template) -> dict[str, Any]:
+    assert tmpl.task is not None and tmpl.task.container is not None  # validated
+    container = dict(tmpl.task.container)
+    container.setdefault("name", "task")
+    pod_sc: dict[str, Any] = {}
+    if "securityContext" not in container:
+        container["securityContext"] = RESTRICTED_CONTAINER_SECURITY_CONTEXT
+        pod_sc = RESTRICTED_POD_SECURITY_CONTEXT
+    spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if pod_sc:
+        spec["securityContext"] = pod_sc
+    if tmpl.task.volumes:
+        spec["volumes"] = list(tmpl.task.volumes)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": run.object_name(node),
+            "namespace": run.namespace,
+            "labels": {
+                **tmpl.task.labels,
+                LABEL_WORKFLOW: run.name,
+                LABEL_NODE: node.name,
+                LABEL_TEMPLATE: tmpl.name,
+            },
+        },
+        "spec": spec,
+    }
+
+
+def pod_ref(run: WorkflowRun, node: Node) -> dict[str, Any]:
+    return {
+        "cluster": "default",
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": run.namespace,
+        "name": run.object_name(node),
+    }
+
+
+def _observe(ref: dict[str, Any]) -> Observe:
+    return Observe(ref["cluster"], ref["apiVersion"], ref["kind"], ref["namespace"], ref["name"])
+
+
+def on_created(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    ref = pod_ref(run, node)
+    pod = task_pod(run, node, run.template(node))
+    return Transition(
+        P.RUNNING, [Act("object.create", {**ref, "object": pod}, ok=E.NODE_POD_CREATED)], state={"pod": ref}
+    )
+
+
+def on_pod_created(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    if node.state.get("podCreated"):
+        return IGNORED
+    return Transition(None, [_observe(node.state["pod"])], state={"podCreated": True})
+
+
+def on_pod_changed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    if node.state.get("collecting"):
+        return IGNORED
+    pod = ev.payload
+    if pod is None:
+        return finish(
+            False,
+            "task pod vanished before it finished; it is not re-created (one-shot task)",
+            "PodVanished",
+        )
+    phase = (pod.get("status") or {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
+        return IGNORED
+    return Transition(
+        None, [Act("task.collect", node.state["pod"], ok=E.NODE_POD_FINISHED)], state={"collecting": True}
+    )
+
+
+def on_pod_finished(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    result = ev.payload or {}
+    # a trailing newline (from `echo`) is dropped so Chaos Mesh expressions like stdout == "x" hold
+    outputs = {
+        "exitCode": int(result.get("exitCode", 0)),
+        "stdout": str(result.get("stdout", "")).rstrip("\n"),
+    }
+    return Transition(P.EVALUATING, [Notify(E.NODE_EVALUATE)], state={"result": outputs})
+
+
+def on_evaluate(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    tmpl = run.template(node)
+    result = node.state.get("result") or {"exitCode": 0, "stdout": ""}
+    branches = tmpl.conditionalBranches or []
+    try:
+        selected, status = TaskScheduler.evaluate(branches, result)
+    except ExprError as e:
+        return finish(False, f"evaluating conditional branches: {e}", "ExpressionError")
+    code = result["exitCode"]
+    if code != 0 and not selected:
+        return finish(False, f"task exited with code {code}", "TaskFailed")
+    return Transition(
+        P.WAITING_FOR_SCHEDULE,
+        [Notify(E.NODE_PICK_CHILD_TO_SCHEDULE)],
+        state={"selected": selected, "branches": status},
+    )
+
+
+def on_pick(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    nxt = TaskScheduler.schedule_next(node, run)
+    if not nxt:
+        return finish(True)
+    return Transition(P.WAITING_FOR_CHILD, [create_children(nxt)])
+
+
+def on_child_succeed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    stopped = m.after_stop_progress(node, run)
+    if stopped is not None:
+        return stopped
+    if run.active_children(node):
+        return IGNORED
+    return finish(True)
+
+
+def on_child_failed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    stopped = m.after_stop_progress(node, run)
+    if stopped is not None:
+        return stopped
+    failed = next((c for c in node.children if run.nodes[c].phase is P.FAILED), None)
+    if failed is None:
+        return IGNORED
+    return m.fail_fast(node, run, failed)
+
+
+def on_action_failed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    return finish(False, f"task pod: {ev.payload}", "TaskPodFailed")
+
+
+class TaskMachine(CompositeMachine):
+    kind = "Task"
+    phases = frozenset(
+        {P.INIT, P.RUNNING, P.EVALUATING, P.WAITING_FOR_SCHEDULE, P.WAITING_FOR_CHILD, P.SUCCEED, P.FAILED}
+    )
+    table = {
+        (P.INIT, E.NODE_CREATED): on_created,
+        (P.RUNNING, E.NODE_POD_CREATED): on_pod_created,
+        (P.RUNNING, E.NODE_OBJECT_CHANGED): on_pod_changed,
+        (P.RUNNING, E.NODE_POD_FINISHED): on_pod_finished,
+        (P.RUNNING, E.NODE_ACTION_FAILED): on_action_failed,
+        (P.EVALUATING, E.NODE_EVALUATE): on_evaluate,
+        (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): on_child_failed,
+    }
+
+    def stop(self, node: Node, req: StopRequest, run: WorkflowRun, now: float) -> Transition:
+        if node.phase is P.RUNNING:
+            tr = finish_stopped(req)
+            tr.effects.append(Act("object.delete", node.state["pod"], ok=E.NODE_CHAOS_CLEANED))
+            return tr
+        if node.phase in (P.INIT, P.EVALUATING):
+            return finish_stopped(req)
+        return super().stop(node, req, run, now)
+
+    def resume(self, node: Node, run: WorkflowRun, now: float) -> list[Effect]:
+        effects = super().resume(node, run, now)
+        st = node.state
+        if node.phase is P.RUNNING:
+            if st.get("collecting"):
+                effects.append(Act("task.collect", st["pod"], ok=E.NODE_POD_FINISHED))
+            elif st.get("podCreated"):
+                effects.append(_observe(st["pod"]))
+            else:
+                pod = task_pod(run, node, run.template(node))
+                effects.append(Act("object.create", {**st["pod"], "object": pod}, ok=E.NODE_POD_CREATED))
+        elif node.phase is P.EVALUATING:
+            effects.append(Notify(E.NODE_EVALUATE))
+        return effects
+
+    @staticmethod
+    def validate(tmpl: Template) -> list[tuple[tuple[str | int, ...], str]]:
+        issues: list[tuple[tuple[str | int, ...], str]] = []
+        if tmpl.task is None:
+            return [(("task",), "Task template needs task.container")]
+        c = tmpl.task.container
+        if not c:
+            issues.append((("task", "container"), "Task template needs a container"))
+        elif not isinstance(c.get("image"), str) or not c.get("image"):
+            issues.append((("task", "container", "image"), "required"))
+        for i, b in enumerate(tmpl.conditionalBranches or []):
+            err = check_syntax(b.expression)
+            if err:
+                issues.append((("conditionalBranches", i, "expression"), err))
+        return issues
