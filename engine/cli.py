@@ -63,6 +63,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--real-time", action="store_true", help="use the wall clock instead of the virtual clock")
     p.add_argument(
+        "--checkpoint",
+        type=float,
+        default=0.25,
+        metavar="SECONDS",
+        help="with --state: write a checkpoint at most every SECONDS of wall time (0 = every engine tick)",
+    )
+    p.add_argument(
         "--world",
         metavar="FILE",
         help="YAML objects (nodes, pods, ...) to start the simulated cluster with "
@@ -137,6 +144,7 @@ def _options(args: argparse.Namespace) -> RunOptions:
         real_time=getattr(args, "real_time", False),
         crash_after_events=int(crash) if crash else None,
         world=getattr(args, "world", None),
+        checkpoint_interval=getattr(args, "checkpoint", 0.25),
     )
 
 
