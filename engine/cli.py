@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import gc
+
+    # many long-lived node objects and few reference cycles: collect the old generation rarely
+    gc.set_threshold(100_000, 50, 1000)
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

@@ -63,7 +63,7 @@ def test_token_bucket_rate_limits_dequeues_on_virtual_time() -> None:
     for i in range(6):
         q.notify(ev(str(i)))
     times = []
-    while (e := q.acquire()) is not None:
+    while q.acquire() is not None:
         times.append(round(clock.now(), 3))
     assert times == [0.0, 0.0, 0.1, 0.2, 0.3, 0.4]
     assert q.stats.throttled > 0
