@@ -62,7 +62,13 @@ def make_sim(seed: int = 0, world: bool = True) -> Sim:
             sim.created[name] = sim.created.get(name, 0) + 1
 
     for kind in CHAOS_MESH_KINDS:
-        sim.api.watch(kind, None, resource_version=sim.api.resource_version(), callback=count, api_version="chaos-mesh.org/v1alpha1")
+        sim.api.watch(
+            kind,
+            None,
+            resource_version=sim.api.resource_version(),
+            callback=count,
+            api_version="chaos-mesh.org/v1alpha1",
+        )
     return sim
 
 

@@ -38,7 +38,17 @@ def test_run_json_contract() -> None:
     assert st["phase"] == "Succeed"
     assert st["startTime"] == "2026-01-01T00:00:00Z"  # the documented start of the virtual clock
     assert st["finishTime"] > st["startTime"]
-    keys = {"name", "templateName", "templateType", "phase", "parent", "children", "startTime", "finishTime", "message"}
+    keys = {
+        "name",
+        "templateName",
+        "templateType",
+        "phase",
+        "parent",
+        "children",
+        "startTime",
+        "finishTime",
+        "message",
+    }
     assert st["nodes"]
     for n in st["nodes"]:
         assert keys <= n.keys()
@@ -76,7 +86,9 @@ def test_failed_workflow_exits_1(tmp_path: Path) -> None:
 
 def test_invalid_input_exits_2_without_traceback(tmp_path: Path) -> None:
     f = tmp_path / "bad.yaml"
-    f.write_text("apiVersion: chaosflow.io/v1alpha1\nkind: Workflow\nmetadata: {name: f}\nspec: {entry: x, templates: []}\n")
+    f.write_text(
+        "apiVersion: chaosflow.io/v1alpha1\nkind: Workflow\nmetadata: {name: f}\nspec: {entry: x, templates: []}\n"
+    )
     proc = chaosflow("run", str(f))
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -103,7 +115,16 @@ def test_crash_then_resume_finishes_and_cleans_up(tmp_path: Path, crash_after: i
     reference = chaosflow("run", str(QUICKSTART), "--seed", "7", "-o", "json")
     state = tmp_path / "run.sqlite"
     crashed = chaosflow(
-        "run", str(QUICKSTART), "--seed", "7", "-o", "json", "--state", str(state), "--checkpoint", "0",
+        "run",
+        str(QUICKSTART),
+        "--seed",
+        "7",
+        "-o",
+        "json",
+        "--state",
+        str(state),
+        "--checkpoint",
+        "0",
         env={"CHAOSFLOW_CRASH_AFTER_EVENTS": str(crash_after)},
     )
     assert crashed.returncode == 137, crashed.stderr

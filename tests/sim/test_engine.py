@@ -31,7 +31,12 @@ def net(name: str, duration: str = "20s", **extra: Any) -> dict[str, Any]:
         "name": name,
         "templateType": "NetworkChaos",
         "duration": duration,
-        "networkChaos": {"action": "delay", "mode": "all", "selector": {"labelSelectors": {"app": "web"}}, "delay": {"latency": "10ms"}},
+        "networkChaos": {
+            "action": "delay",
+            "mode": "all",
+            "selector": {"labelSelectors": {"app": "web"}},
+            "delay": {"latency": "10ms"},
+        },
         **extra,
     }
 
@@ -105,7 +110,13 @@ def test_template_deadline_fails_node_and_cleans_up_chaos(sim: Sim) -> None:
 def test_deadline_as_lifetime_succeeds(sim: Sim) -> None:
     wf = workflow(
         [
-            {"name": "p", "templateType": "Parallel", "children": ["c", "z"], "deadline": "30s", "onDeadline": "Succeed"},
+            {
+                "name": "p",
+                "templateType": "Parallel",
+                "children": ["c", "z"],
+                "deadline": "30s",
+                "onDeadline": "Succeed",
+            },
             net("c", "10m"),
             suspend("z", "1h"),
         ]
@@ -118,7 +129,10 @@ def test_deadline_as_lifetime_succeeds(sim: Sim) -> None:
 
 
 def test_workflow_deadline_stops_everything(sim: Sim) -> None:
-    wf = workflow([{"name": "s", "templateType": "Serial", "children": ["c", "z"]}, net("c", "1h"), suspend("z", "1h")], deadline="5m")
+    wf = workflow(
+        [{"name": "s", "templateType": "Serial", "children": ["c", "z"]}, net("c", "1h"), suspend("z", "1h")],
+        deadline="5m",
+    )
     run = sim.submit(wf)
     sim.run()
     assert run.phase.value == "Failed"
@@ -151,7 +165,9 @@ def test_abort_propagates_to_active_children_and_removes_chaos(sim: Sim) -> None
 
 def test_abort_while_serial_advances_stops_next_step(sim: Sim) -> None:
     """chaos-mesh #4286: the abort arrives at the instant a child finishes."""
-    wf = workflow([{"name": "s", "templateType": "Serial", "children": ["z", "c"]}, suspend("z", "10s"), net("c", "1m")])
+    wf = workflow(
+        [{"name": "s", "templateType": "Serial", "children": ["z", "c"]}, suspend("z", "10s"), net("c", "1m")]
+    )
     run = sim.submit(wf)
     sim.at(10, lambda: sim.manager.abort(run.key))
     sim.run()
@@ -164,7 +180,11 @@ def test_failed_child_fails_parallel_and_stops_siblings(sim: Sim) -> None:
     wf = workflow(
         [
             {"name": "p", "templateType": "Parallel", "children": ["t", "c"]},
-            {"name": "t", "templateType": "Task", "task": {"container": {"image": "busybox", "command": ["sh", "-c", "sleep 5; exit 3"]}}},
+            {
+                "name": "t",
+                "templateType": "Task",
+                "task": {"container": {"image": "busybox", "command": ["sh", "-c", "sleep 5; exit 3"]}},
+            },
             net("c", "1h"),
         ]
     )
@@ -199,7 +219,15 @@ def test_task_branch_expression_error_fails_node_with_message(sim: Sim) -> None:
 
 
 def test_task_pod_gets_restricted_security_context(sim: Sim) -> None:
-    wf = workflow([{"name": "t", "templateType": "Task", "task": {"container": {"image": "busybox", "command": ["true"]}}}])
+    wf = workflow(
+        [
+            {
+                "name": "t",
+                "templateType": "Task",
+                "task": {"container": {"image": "busybox", "command": ["true"]}},
+            }
+        ]
+    )
     run = sim.submit(wf)
     sim.run()
     assert run.phase.value == "Succeed"
@@ -212,7 +240,15 @@ def test_task_pod_gets_restricted_security_context(sim: Sim) -> None:
 
 
 def test_vanished_task_pod_fails_node_and_is_not_recreated(sim: Sim) -> None:
-    wf = workflow([{"name": "t", "templateType": "Task", "task": {"container": {"image": "busybox", "command": ["sleep", "60"]}}}])
+    wf = workflow(
+        [
+            {
+                "name": "t",
+                "templateType": "Task",
+                "task": {"container": {"image": "busybox", "command": ["sleep", "60"]}},
+            }
+        ]
+    )
     run = sim.submit(wf)
     sim.at(10, lambda: sim.api.delete("Pod", "wf-t-0", "default", grace_period_seconds=0))
     sim.run()
@@ -228,7 +264,15 @@ def test_one_shot_pod_kill_in_serial_completes(sim: Sim) -> None:
     wf = workflow(
         [
             {"name": "s", "templateType": "Serial", "children": ["kill", "after"]},
-            {"name": "kill", "templateType": "PodChaos", "podChaos": {"action": "pod-kill", "mode": "one", "selector": {"labelSelectors": {"app": "web"}}}},
+            {
+                "name": "kill",
+                "templateType": "PodChaos",
+                "podChaos": {
+                    "action": "pod-kill",
+                    "mode": "one",
+                    "selector": {"labelSelectors": {"app": "web"}},
+                },
+            },
             suspend("after", "5s"),
         ]
     )

@@ -51,7 +51,9 @@ def test_many_workflows_interleave_and_all_finish() -> None:
 
 def test_record_round_trip_keeps_everything_needed_to_resume() -> None:
     sim = make_sim()
-    run = sim.submit(workflow([{"name": "z", "templateType": "Suspend", "duration": {"min": "1s", "max": "9s"}}], seed=5))
+    run = sim.submit(
+        workflow([{"name": "z", "templateType": "Suspend", "duration": {"min": "1s", "max": "9s"}}], seed=5)
+    )
     sim.run()
     back = run_from_record(run_to_record(run))
     assert run_to_record(back) == run_to_record(run)
