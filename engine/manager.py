@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from actors.base import ActorError, Playground, run_action
 from engine.clock import Clock
+from engine.expr import FunctionSet
 from engine.model import Workflow
 from engine.phases import (
     IGNORED,
@@ -94,6 +95,7 @@ class WorkflowManager:
     ) -> WorkflowRun:
         """Add a workflow; it starts now (or at ``start_at``), or when a slot frees up."""
         run = WorkflowRun(workflow, seed=seed)
+        run.functions = FunctionSet(run.rng, self.clock)
         if run.key in self.runs:
             raise ValueError(f"workflow {run.key} already exists")
         self.runs[run.key] = run
@@ -114,6 +116,7 @@ class WorkflowManager:
     def adopt(self, run: WorkflowRun) -> None:
         """Continue a run loaded from a store (after a crash or a controller restart)."""
         self.runs[run.key] = run
+        run.functions = FunctionSet(run.rng, self.clock)
         if run.phase.finished:
             return
         if run.phase is WorkflowPhase.INIT:
@@ -227,6 +230,7 @@ class WorkflowManager:
             self.transitions += 1
             if phase is P.SUCCEED or phase is P.FAILED:
                 node.finish_time = now
+                run.latest[node.template] = node
                 self.watch.unobserve_node(run.key, node.name)
             for fn in self.phase_listeners:
                 fn(run, node, old)

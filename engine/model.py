@@ -139,8 +139,17 @@ class Template(_Model):
         return v
 
 
+class Parameter(_Model):
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="A CEL identifier.")
+    value: Any = Field(default=None, json_schema_extra={"x-kubernetes-preserve-unknown-fields": True})
+    description: str | None = None
+
+
 class WorkflowSpec(_Model):
     entry: str
+    parameters: list[Parameter] = Field(
+        default_factory=list, description="Workflow parameters: workflow.parameters.<name> in expressions."
+    )
     templates: list[Template] = Field(min_length=1)
     seed: int | None = Field(default=None, description="Seed of the workflow's random source.")
     deadline: Duration | None = Field(default=None, description="Maximum run time of the whole workflow.")

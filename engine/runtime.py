@@ -14,6 +14,7 @@ from typing import Any
 
 from engine.clock import rfc3339
 from engine.duration import DurationRange
+from engine.expr import FunctionSet
 from engine.model import NodeStatus, Template, Workflow, WorkflowStatus
 from engine.phases import NodePhase, StopReason, StopRequest, WorkflowPhase
 
@@ -93,8 +94,10 @@ class WorkflowRun:
         "abort_requested",
         "deadline_at",
         "entry_node",
+        "functions",
         "finish_time",
         "key",
+        "latest",
         "message",
         "name",
         "namespace",
@@ -116,6 +119,7 @@ class WorkflowRun:
         self.key = f"{self.namespace}/{self.name}"
         self.templates: dict[str, Template] = workflow.template_map()
         self.nodes: dict[str, Node] = {}
+        self.latest: dict[str, Node] = {}  # template name -> its latest finished node
         self.phase = WorkflowPhase.INIT
         self.start_time: float | None = None
         self.finish_time: float | None = None
@@ -127,6 +131,7 @@ class WorkflowRun:
             seed if seed is not None else (workflow.spec.seed if workflow.spec.seed is not None else 0)
         )
         self.rng = random.Random(self.seed)
+        self.functions: FunctionSet | None = None  # CEL functions bound to rng and clock (set by the manager)
         self.transitions = 0
         self.abort_requested = False
 
@@ -218,4 +223,6 @@ def run_from_record(rec: dict[str, Any]) -> WorkflowRun:
         start, finish = d.get("t") or [None, None]
         node = Node.from_status(d, {"start": start, "finish": finish})
         run.nodes[node.name] = node
+        if node.phase.finished:
+            run.latest[node.template] = node
     return run
