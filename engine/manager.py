@@ -218,6 +218,8 @@ class WorkflowManager:
         self._dirty[run.key] = run
         if tr.state:
             node.state.update(tr.state)
+        if tr.outputs:
+            node.outputs.update(tr.outputs)
         if tr.message is not None:
             node.message = tr.message
         if tr.reason is not None:

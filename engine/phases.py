@@ -175,6 +175,7 @@ class Transition:
     phase: NodePhase | None = None
     effects: list[Effect] = field(default_factory=list)
     state: dict[str, Any] | None = None  # merged into node.state
+    outputs: dict[str, Any] | None = None  # merged into node.outputs (visible as nodes.<template>.outputs)
     message: str | None = None
     reason: str | None = None
 

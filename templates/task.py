@@ -128,7 +128,7 @@ def on_pod_finished(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now
         "exitCode": int(result.get("exitCode", 0)),
         "stdout": str(result.get("stdout", "")).rstrip("\n"),
     }
-    return Transition(P.EVALUATING, [Notify(E.NODE_EVALUATE)], state={"result": outputs})
+    return Transition(P.EVALUATING, [Notify(E.NODE_EVALUATE)], state={"result": outputs}, outputs=outputs)
 
 
 def on_evaluate(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
