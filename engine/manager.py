@@ -10,6 +10,7 @@ pool against real clusters; their results come back as events through the same q
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -17,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from actors.base import ActorError, Playground, run_action
-from engine.clock import Clock
+from engine.clock import Clock, rfc3339
 from engine.expr import FunctionSet
 from engine.model import Workflow
 from engine.phases import (
@@ -81,6 +82,8 @@ class WorkflowManager:
         self._tick_events = tick_events
         self._executor = ThreadPoolExecutor(actor_workers, "chaosflow-actor") if actor_workers > 0 else None
         self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._log_phases = log.isEnabledFor(logging.INFO)
         self._dirty: dict[str, WorkflowRun] = {}
         self.transitions = 0
         self.events = 0
@@ -234,6 +237,19 @@ class WorkflowManager:
                 node.finish_time = now
                 run.latest[node.template] = node
                 self.watch.unobserve_node(run.key, node.name)
+            if self._log_phases:
+                log.info(
+                    "node phase",
+                    extra={
+                        "workflow": run.key,
+                        "node": node.name,
+                        "kind": node.kind,
+                        "from": old.value,
+                        "to": phase.value,
+                        "detail": node.message,
+                        "clock": rfc3339(now),
+                    },
+                )
             for fn in self.phase_listeners:
                 fn(run, node, old)
         if tr.effects:
@@ -286,13 +302,15 @@ class WorkflowManager:
         if self._executor is None:
             self._deliver(key, name, act, *self._call(act))
             return
-        self._in_flight += 1
+        with self._in_flight_lock:
+            self._in_flight += 1
 
         def job() -> None:
             try:
                 self._deliver(key, name, act, *self._call(act))
             finally:
-                self._in_flight -= 1
+                with self._in_flight_lock:
+                    self._in_flight -= 1
 
         self._executor.submit(job)
 
