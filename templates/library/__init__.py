@@ -1,0 +1,1 @@
+"""Workflow libraries: programs written as workflows (``megatest``)."""

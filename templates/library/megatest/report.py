@@ -1,0 +1,288 @@
+"""megatest's logging and report: a phase listener that logs every action's start and end (rv,
+action, parameters, result, duration) and the checker's observations, and collects the figures of
+the final report (per-RV transition counts, incidents, actions, RVs created/deleted)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TextIO
+
+from engine.phases import NodePhase
+
+if TYPE_CHECKING:
+    from engine.runtime import Node, WorkflowRun
+
+log = logging.getLogger("chaosflow.megatest")
+
+#: leaf templates that are the seed's "actions"
+ACTION_KINDS = frozenset({"Resource", "Chaos", "Wait", "Workflow"})
+#: template -> incident type
+INCIDENTS = {
+    "chaos-blocking-everything": "blocking-everything",
+    "chaos-blocking-drbd": "blocking-drbd",
+    "chaos-split-brain": "split-brain",
+    "chaos-losses": "losses",
+    "chaos-latency": "latency",
+    "chaos-vm-reboot": "vm-reboot",
+    "pod-destroyer-agent-kill": "pod-destroy-agent",
+    "pod-destroyer-controller-kill": "pod-destroy-controller",
+}
+CONDITIONS = ("IOReady", "Quorum")
+
+
+@dataclass
+class VolumeRecord:
+    rv: str
+    storage_class: str = ""
+    created: bool = False
+    deleted: bool = False
+    checked: bool = False
+    transitions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONDITIONS, 0))
+    phase: str = "Running"
+    message: str = ""
+
+    @property
+    def broken(self) -> list[str]:
+        return [c for c in CONDITIONS if self.transitions.get(c, 0) % 2 == 1]
+
+
+@dataclass
+class ActionStats:
+    count: int = 0
+    errors: int = 0
+    total: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "count": self.count,
+            "errors": self.errors,
+            "meanSeconds": round(self.total / self.count, 3) if self.count else 0.0,
+        }
+
+
+def _rv_of(run: WorkflowRun) -> str:
+    for p in run.workflow.spec.parameters:
+        if p.name == "rv":
+            return str(p.value or "")
+    return ""
+
+
+def _param(run: WorkflowRun, name: str) -> str:
+    for p in run.workflow.spec.parameters:
+        if p.name == name:
+            return str(p.value or "")
+    return ""
+
+
+def _params_of(node: Node) -> dict[str, Any]:
+    r = node.state.get("rendered") or {}
+    out: dict[str, Any] = {}
+    params = r.get("chaos.params")
+    if isinstance(params, dict):
+        out.update(
+            {k: v for k, v in params.items() if k not in ("vmNamespace", "testCluster", "parentCluster")}
+        )
+    manifest = r.get("resource.manifest") or node.state.get("manifest")
+    if isinstance(manifest, dict):
+        out["object"] = f"{manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}"
+    return out
+
+
+def _result(node: Node) -> dict[str, Any]:
+    keep = (
+        "variant",
+        "vm",
+        "vms",
+        "ports",
+        "groupA",
+        "groupB",
+        "rvr",
+        "type",
+        "node",
+        "killed",
+        "wanted",
+        "count",
+        "active",
+        "skipped",
+        "unfinished",
+        "vmop",
+        "deleted",
+        "step",
+        "size",
+        "selected",
+    )
+    return {k: node.outputs[k] for k in keep if k in node.outputs}
+
+
+class MegatestRecorder:
+    """Attach with ``manager.phase_listeners.append(recorder)``."""
+
+    def __init__(self, main: str) -> None:
+        self.main = main
+        self.volumes: dict[str, VolumeRecord] = {}
+        self.actions: dict[str, ActionStats] = {}
+        self.incidents: Counter[str] = Counter()
+        self.skipped_reboots = 0
+        self.cleanup_failures: list[str] = []
+
+    def volume(self, run: WorkflowRun) -> VolumeRecord:
+        rv = _rv_of(run)
+        rec = self.volumes.get(rv)
+        if rec is None:
+            rec = self.volumes[rv] = VolumeRecord(rv, _param(run, "sc"))
+        return rec
+
+    def __call__(self, run: WorkflowRun, node: Node, old: NodePhase) -> None:
+        tmpl = node.template
+        rv = _rv_of(run)
+        if (
+            (node.kind in ACTION_KINDS or tmpl == "volume-checker")
+            and old is NodePhase.INIT
+            and not node.phase.finished
+            and log.isEnabledFor(logging.INFO)
+        ):
+            log.info(
+                "action started",
+                extra={"rv": rv, "action": tmpl, "parameters": _params_of(node), "workflow": run.name},
+            )
+        if not node.phase.finished:
+            return
+        took = (node.finish_time or 0.0) - (node.start_time or node.finish_time or 0.0)
+        ok = node.phase is NodePhase.SUCCEED
+        if tmpl == "volume-checker":
+            rec = self.volume(run)
+            counts = node.outputs.get("conditionTransitions") or {}
+            rec.checked = True
+            rec.transitions = {c: int(counts.get(c, 0)) for c in CONDITIONS}
+            for h in node.outputs.get("history") or []:
+                if h.get("message", "").startswith("watch:"):
+                    log.info(
+                        "watch",
+                        extra={
+                            "rv": rv,
+                            "expected": "IOReady=True, Quorum=True",
+                            "observed": h["message"][7:],
+                            "at": h.get("time"),
+                        },
+                    )
+        if node.kind not in ACTION_KINDS:
+            if tmpl == "volume-main":
+                rec = self.volume(run)
+                rec.phase, rec.message = node.phase.value, node.message
+            return
+        stats = self.actions.setdefault(tmpl, ActionStats())
+        stats.count += 1
+        stats.total += took
+        if not ok:
+            stats.errors += 1
+        level = logging.INFO if ok else logging.WARNING
+        if log.isEnabledFor(level):
+            self._log_end(run, node, level, rv, tmpl, took)
+        self._count(run, node, rv, tmpl, ok)
+
+    def _log_end(self, run: WorkflowRun, node: Node, level: int, rv: str, tmpl: str, took: float) -> None:
+        result = _result(node)
+        log.log(
+            level,
+            "action finished",
+            extra={
+                "rv": rv,
+                "action": tmpl,
+                "parameters": _params_of(node),
+                "result": node.phase.value,
+                "outputs": result,
+                "detail": node.message,
+                "duration": round(took, 3),
+                "workflow": run.name,
+            },
+        )
+
+    def _count(self, run: WorkflowRun, node: Node, rv: str, tmpl: str, ok: bool) -> None:
+        if tmpl == "volume-create-rv" and ok:
+            self.volume(run).created = True
+        elif tmpl == "volume-delete-rv":
+            rec = self.volume(run)
+            if ok:
+                rec.deleted = True
+            else:
+                rec.message = node.message  # the exit handler deletes it again; judged in finish()
+        elif tmpl in INCIDENTS and ok:
+            if tmpl == "chaos-vm-reboot" and node.outputs.get("skipped"):
+                self.skipped_reboots += 1
+                self.incidents["vm-reboot-skipped"] += 1
+            else:
+                self.incidents[INCIDENTS[tmpl]] += 1
+
+    # --- the report ----------------------------------------------------------------------------
+    def finish(self, runs: list[WorkflowRun]) -> None:
+        """Final phases of the workflows (volumes that never reached their checker included)."""
+        for r in runs:
+            if r.name == self.main:
+                continue
+            rec = self.volume(r)
+            if rec.phase == "Running":
+                rec.phase, rec.message = r.phase.value, r.message
+            if rec.created and not rec.deleted:
+                self.cleanup_failures.append(f"rv {rec.rv}: not deleted ({rec.message or r.message})")
+
+    def to_dict(self, main: WorkflowRun | None = None) -> dict[str, Any]:
+        vols = sorted(self.volumes.values(), key=lambda v: v.rv)
+        broken = [v.rv for v in vols if v.broken]
+        return {
+            "workflow": self.main,
+            "phase": main.phase.value if main is not None else None,
+            "message": main.message if main is not None else "",
+            "volumes": {
+                v.rv: {
+                    "storageClass": v.storage_class,
+                    "created": v.created,
+                    "deleted": v.deleted,
+                    "checked": v.checked,
+                    "transitions": v.transitions,
+                    "verdict": ("broken: " + ", ".join(v.broken)) if v.broken else "held",
+                    "phase": v.phase,
+                }
+                for v in vols
+            },
+            "rvsCreated": sum(v.created for v in vols),
+            "rvsDeleted": sum(v.deleted for v in vols),
+            "brokenRVs": broken,
+            "incidents": dict(sorted(self.incidents.items())),
+            "actions": {k: self.actions[k].to_dict() for k in sorted(self.actions)},
+            "cleanupFailures": list(self.cleanup_failures),
+        }
+
+    def failed(self, main: WorkflowRun | None = None) -> bool:
+        d = self.to_dict(main)
+        return bool(
+            d["brokenRVs"] or d["cleanupFailures"] or (main is not None and main.phase.value != "Succeed")
+        )
+
+
+def render_report(doc: dict[str, Any], fmt: str, out: TextIO) -> None:
+    if fmt == "json":
+        print(json.dumps(doc, indent=2, sort_keys=True), file=out)
+        return
+    w = out.write
+    w(f"megatest {doc['workflow']}: {doc['phase']}{' — ' + doc['message'] if doc['message'] else ''}\n")
+    w(f"RVs created {doc['rvsCreated']}, deleted {doc['rvsDeleted']}, broken {len(doc['brokenRVs'])}\n\n")
+    w(f"{'RV':<14} {'SC':<8} {'IOReady':>7} {'Quorum':>6}  verdict\n")
+    for rv, v in doc["volumes"].items():
+        t = v["transitions"]
+        w(
+            f"{rv:<14} {v['storageClass']:<8} {t['IOReady']:>7} {t['Quorum']:>6}  {v['verdict']}"
+            f"{'' if v['deleted'] else ' (not deleted)'}\n"
+        )
+    w("\nincidents:\n")
+    for k, n in doc["incidents"].items():
+        w(f"  {k:<28} {n}\n")
+    w("\nactions:                       count errors  mean\n")
+    for k, a in doc["actions"].items():
+        w(f"  {k:<28} {a['count']:>5} {a['errors']:>6} {a['meanSeconds']:>7.1f}s\n")
+    if doc["cleanupFailures"]:
+        w("\ncleanup failures:\n")
+        for c in doc["cleanupFailures"]:
+            w(f"  {c}\n")
