@@ -109,7 +109,8 @@ def test_a_broken_entry_point_is_reported_not_fatal(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(reg, "entry_points", lambda group: eps if group == reg.ENTRY_POINT_GROUP else [])
     reg.reload_entry_points()
     try:
-        assert reg.known_chaos_actions() == ["good"]
+        known = reg.known_chaos_actions()  # in-process registrations (e.g. megatest's) may be listed too
+        assert "good" in known and "bad" not in known and "notactor" not in known
         assert isinstance(reg.get_chaos_actor("good"), Recorder)  # a class is instantiated
         with pytest.raises(reg.UnknownChaosAction, match="failed to load: ImportError"):
             reg.get_chaos_actor("bad")
