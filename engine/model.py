@@ -7,11 +7,21 @@ on light runtime structures (``engine.runtime``); these models are parsed once p
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    PlainValidator,
+    WithJsonSchema,
+    field_validator,
+)
 
-from engine.duration import Duration, DurationSpec
+from engine.duration import _SPEC_SCHEMA as _DURATION_SPEC_SCHEMA
+from engine.duration import Duration, DurationRange, DurationSpec, format_duration_spec, parse_duration_spec
+from engine.kinds import CHAOS_MESH_KINDS  # noqa: F401  (re-exported)
 
 GROUP = "chaosflow.io"
 VERSION = "v1alpha1"
@@ -24,24 +34,6 @@ LABEL_TEMPLATE = f"{GROUP}/template"
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-
-# Chaos Mesh's chaos kinds: templateType -> field holding the inline chaos spec.
-CHAOS_MESH_KINDS: dict[str, str] = {
-    "PodChaos": "podChaos",
-    "NetworkChaos": "networkChaos",
-    "StressChaos": "stressChaos",
-    "IOChaos": "ioChaos",
-    "TimeChaos": "timeChaos",
-    "KernelChaos": "kernelChaos",
-    "DNSChaos": "dnsChaos",
-    "HTTPChaos": "httpChaos",
-    "JVMChaos": "jvmChaos",
-    "AWSChaos": "awsChaos",
-    "GCPChaos": "gcpChaos",
-    "AzureChaos": "azureChaos",
-    "BlockChaos": "blockChaos",
-    "PhysicalMachineChaos": "physicalmachineChaos",
-}
 
 
 class _Model(BaseModel):
@@ -93,6 +85,59 @@ class ChaosSpec(_Model):
     oneShot: bool = Field(default=False, description="Complete once created; no hold, no delete.")
 
 
+def _duration_or_template(value: Any) -> float | DurationRange | str:
+    if isinstance(value, str) and "{{" in value:
+        return value  # rendered when the node starts (engine.render.start_node)
+    return parse_duration_spec(value)
+
+
+def _dump_duration_or_template(value: float | DurationRange | str) -> str | dict[str, str]:
+    return value if isinstance(value, str) else format_duration_spec(value)
+
+
+#: A DurationSpec, or a ``{{ expr }}`` string rendered when the node starts (e.g. a parameter).
+TemplatedDurationSpec = Annotated[
+    float | DurationRange | str,
+    PlainValidator(_duration_or_template),
+    PlainSerializer(_dump_duration_or_template, return_type=str | dict[str, str]),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                *_DURATION_SPEC_SCHEMA["anyOf"],
+                {"type": "string", "description": 'A "{{ expr }}" rendered when the node starts.'},
+            ]
+        }
+    ),
+]
+
+
+class Backoff(_Model):
+    """Delay before each retry: ``duration * factor**(n-1)`` for retry n, at most ``cap``."""
+
+    duration: DurationSpec = Field(description="Delay before the first retry (fixed or a range).")
+    factor: float = Field(default=2.0, ge=1.0, description="Multiplier per further retry.")
+    cap: Duration | None = Field(default=None, description="Upper bound of one delay.")
+    maxDuration: Duration | None = Field(
+        default=None,
+        description="No retry starts later than this after the first attempt started.",
+    )
+
+
+class RetryStrategy(_Model):
+    """Run the template again (a new attempt node) when an attempt fails."""
+
+    limit: int | None = Field(
+        default=None, ge=0, description="Retries after the first attempt (attempts = limit + 1)."
+    )
+    retryPolicy: Literal["Always", "OnFailure", "OnError"] = Field(
+        default="OnFailure",
+        description="OnFailure: the attempt's own failure (exit code, failure condition, deadline, "
+        "expression); OnError: infrastructure errors (an actor call failed, the pod or object "
+        "vanished, cleanup failed); Always: both. Stops (abort, sibling failure) never retry.",
+    )
+    backoff: Backoff | None = None
+
+
 class Template(_Model):
     name: str
     templateType: str
@@ -105,13 +150,44 @@ class Template(_Model):
         description="Fail: the node fails at its deadline. Succeed: the deadline is a lifetime; "
         "active children are stopped (with cleanup) and the node succeeds.",
     )
-    duration: DurationSpec | None = Field(
+    duration: TemplatedDurationSpec | None = Field(
         default=None, description="Suspend: how long to wait. Chaos: how long to hold the chaos."
+    )
+    parameters: dict[str, Any] | None = Field(
+        default=None,
+        description="name -> value, evaluated when the node starts (strings with {{ expr }} are "
+        "rendered; a lone placeholder keeps its type); inputs.parameters.<name> for the node and "
+        "its descendants.",
+        json_schema_extra={"x-kubernetes-preserve-unknown-fields": True},
+    )
+    onExit: str | None = Field(
+        default=None, description="Template run when this node ends for any reason (an exit handler)."
+    )
+    retryStrategy: RetryStrategy | None = None
+    parallelism: int | None = Field(
+        default=None, ge=1, description="Parallel: at most this many children run at once."
+    )
+    manual: bool | None = Field(
+        default=None, description="Suspend: without a duration, wait until resumed (manual approval)."
+    )
+    endWith: list[str] | None = Field(
+        default=None,
+        description="Parallel: when a child of one of these templates succeeds, the other active "
+        "children are stopped (with cleanup) and the Parallel succeeds once they ended.",
     )
     children: list[str] | None = None
     task: TaskSpec | None = None
     conditionalBranches: list[ConditionalBranch] | None = None
     chaos: ChaosSpec | None = None
+    resource: ResourceSpec | None = None
+    wait: WaitSpec | None = None
+    loop: LoopSpec | None = None
+    switch: SwitchSpec | None = None
+    statusCheck: StatusCheckSpec | None = None
+    abortWithStatusCheck: bool | None = Field(
+        default=None, description="StatusCheck: a failed check aborts the whole workflow (with cleanup)."
+    )
+    workflow: ChildWorkflowSpec | None = None
     # Chaos Mesh inline chaos specs (one per chaos kind).
     podChaos: dict[str, Any] | None = None
     networkChaos: dict[str, Any] | None = None
@@ -154,6 +230,18 @@ class WorkflowSpec(_Model):
     seed: int | None = Field(default=None, description="Seed of the workflow's random source.")
     deadline: Duration | None = Field(default=None, description="Maximum run time of the whole workflow.")
     onDeadline: Literal["Fail", "Succeed"] = "Fail"
+    onExit: str | None = Field(
+        default=None,
+        description="Template run when the workflow ends for any reason (not after terminate).",
+    )
+    onExitDeadline: Duration | None = Field(
+        default=None,
+        description="Maximum run time of an exit handler whose template sets no deadline (default 10m); "
+        "the workflow's deadline never stops exit handlers.",
+    )
+    parallelism: int | None = Field(
+        default=None, ge=1, description="At most this many leaf nodes (pods, chaos, waits) run at once."
+    )
 
 
 class NodeStatus(BaseModel):
@@ -200,3 +288,17 @@ class Workflow(_Model):
 
     def template_map(self) -> dict[str, Template]:
         return {t.name: t for t in self.spec.templates}
+
+
+# Kind specs defined in their template modules (templates/<kind>.py), imported last so that those
+# modules may import anything from this one; the models that refer to them are completed here.
+from templates.loop import LoopSpec  # noqa: E402
+from templates.resource import ResourceSpec  # noqa: E402
+from templates.statuscheck import StatusCheckSpec  # noqa: E402
+from templates.switch import SwitchSpec  # noqa: E402
+from templates.wait import WaitSpec  # noqa: E402
+from templates.workflow import ChildWorkflowSpec  # noqa: E402
+
+for _model in list(globals().values()):
+    if isinstance(_model, type) and issubclass(_model, BaseModel) and _model.__module__ == __name__:
+        _model.model_rebuild()
