@@ -112,6 +112,15 @@ class SimPlayground:
             return True
         return False
 
+    def http(
+        self, method: str, url: str, headers: dict[str, str], body: str | None, timeout: float
+    ) -> dict[str, Any] | None:
+        """Answer an HTTP probe to ``http://<svc>.<ns>.svc...`` from a Service (actors/probe.py);
+        None for other URLs (they go to the network)."""
+        from actors.probe import serve_from_services
+
+        return serve_from_services(self, method, url, headers, body, timeout)
+
     def logs(self, cluster: str, namespace: str, pod: str) -> str:
         try:
             return str(self.api(cluster).logs(namespace, pod))
@@ -184,6 +193,24 @@ class SimWorld:
         return {name: c.snapshot() for name, c in self.clusters.items()}
 
     def restore(self, data: dict[str, Any]) -> None:
+        # Stop every cluster first and restart them only when all are restored: some controllers
+        # read other clusters (the megatest world's "test" reads "parent") and must never see a
+        # half-restored world.
+        for name in data:
+            if name not in self.clusters:
+                self.add_cluster(name)
+        running = [c for c in self.clusters.values() if any(x.running for x in c.controllers)]
+        for c in running:
+            c.stop()
         for name, snap in data.items():
-            cluster = self.clusters.get(name) or self.add_cluster(name)
-            cluster.restore(snap)
+            self.clusters[name].restore(snap)
+        for c in running:
+            c.start()
+
+    def add_megatest_clusters(self, spec: Any = None, **options: Any) -> Any:
+        """Add the clusters "test" (nested, sds-replicated-volume) and "parent" (DVP: VMs, VM
+        operations, Cilium policies) of the megatest world; returns its
+        :class:`actors.sim.rv.MegatestSim` handle (see :func:`actors.sim.rv.build_megatest_world`)."""
+        from actors.sim.rv import build_megatest_world
+
+        return build_megatest_world(self, spec, **options)
