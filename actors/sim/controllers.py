@@ -727,8 +727,10 @@ class JobController(Controller):
         self._counted.clear()
 
     def _open_watches(self) -> None:
-        self._watch("Job", self._on_job, "batch/v1")
+        # pods first: after a restore, a Job must see its existing pods before it is reconciled,
+        # or it would create a second pod and count the running one as lost
         self._watch("Pod", self._on_pod, "v1")
+        self._watch("Job", self._on_job, "batch/v1")
 
     @staticmethod
     def _owner_uid(pod: Obj) -> str | None:
