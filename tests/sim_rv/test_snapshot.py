@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
 from actors.sim.playground import SimWorld
 from actors.sim.rv import api as A
 from actors.sim.rv import attach_megatest_world, restore_megatest_world
@@ -118,11 +116,6 @@ def test_attach_recovers_from_reported_state() -> None:
     assert sorted(k.disk for k in kern.replicas.values()) == [A.UP_TO_DATE] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core sim: JobController.start syncs a Job before its pods are cached and kills the running "
-    "pod on restore (actors/sim/controllers.py), so the seed's sleeping delete Job fails",
-)
 def test_restore_with_a_running_delete_job() -> None:
     original = make_env()
     ctx = incident(original, delete_job=True)
