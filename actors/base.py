@@ -99,10 +99,71 @@ def _task_collect(pg: Playground, p: dict[str, Any]) -> Any:
     return {"exitCode": exit_code, "stdout": stdout}
 
 
+def _contains(actual: Any, desired: Any) -> bool:
+    """Whether ``actual`` already has every field of ``desired`` (maps compared key by key)."""
+    if isinstance(desired, dict):
+        return isinstance(actual, dict) and all(_contains(actual.get(k), v) for k, v in desired.items())
+    return bool(actual == desired)
+
+
+def _apply(pg: Playground, p: dict[str, Any]) -> Any:
+    """Create the object, or merge-patch the existing one with it (like ``kubectl apply``, without
+    the last-applied bookkeeping: fields absent from the manifest are left as they are)."""
+    obj = p["object"]
+    meta = obj.get("metadata") or {}
+    cluster, api_version, kind = p["cluster"], obj["apiVersion"], obj["kind"]
+    ns, name = meta.get("namespace"), meta["name"]
+    patch = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+    meta_patch = {k: v for k, v in meta.items() if k not in ("name", "namespace")}
+    if meta_patch:
+        patch["metadata"] = meta_patch
+    current = pg.get(cluster, api_version, kind, ns, name)
+    if current is None:
+        current = pg.create(cluster, obj)  # an object created meanwhile comes back as it is
+    if _contains(current, patch):
+        return current
+    return pg.patch(cluster, api_version, kind, ns, name, patch, "merge")
+
+
+def _patch(pg: Playground, p: dict[str, Any]) -> Any:
+    return pg.patch(
+        p["cluster"],
+        p["apiVersion"],
+        p["kind"],
+        p.get("namespace"),
+        p["name"],
+        p["patch"],
+        p.get("patchType", "merge"),
+    )
+
+
+def _chaos_inject(pg: Playground, p: dict[str, Any]) -> Any:
+    from actors.chaos_registry import chaos_inject
+
+    return chaos_inject(pg, p)
+
+
+def _chaos_recover(pg: Playground, p: dict[str, Any]) -> Any:
+    from actors.chaos_registry import chaos_recover
+
+    return chaos_recover(pg, p)
+
+
+def _probe_http(pg: Playground, p: dict[str, Any]) -> Any:
+    from actors.probe import probe_http
+
+    return probe_http(pg, p)
+
+
 ACTIONS: dict[str, Actor] = {
     "object.create": _create,
+    "object.apply": _apply,
+    "object.patch": _patch,
     "object.delete": _delete,
     "task.collect": _task_collect,
+    "chaos.inject": _chaos_inject,  # named chaos actors (actors/chaos_registry.py)
+    "chaos.recover": _chaos_recover,
+    "probe.http": _probe_http,  # StatusCheck HTTP probes (actors/probe.py)
 }
 
 

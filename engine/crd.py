@@ -225,7 +225,7 @@ def cron_workflow_crd() -> dict[str, Any] | None:
         "cronworkflows",
         ["cwf"],
         [
-            {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+            {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedules"},
             {"name": "Suspend", "type": "boolean", "jsonPath": ".spec.suspend"},
             {"name": "Last", "type": "date", "jsonPath": ".status.lastScheduledTime"},
             AGE,

@@ -28,7 +28,7 @@ from actors.kube.playground import KubePlayground
 from engine.clock import parse_rfc3339, rfc3339
 from engine.model import API_VERSION, Workflow
 from engine.phases import WorkflowPhase
-from engine.runtime import Node, WorkflowRun
+from engine.runtime import Node, WorkflowRun, control_fields, restore_control_fields
 
 log = logging.getLogger("chaosflow.kubestore")
 
@@ -71,8 +71,11 @@ def status_of(run: WorkflowRun, revision: int) -> dict[str, Any]:
             "finishTime": run.finish_time,
             "deadlineAt": run.deadline_at,
             "abortRequested": run.abort_requested,
+            **control_fields(run),  # exit handler node, terminate, suspension (engine/runtime.py)
         },
     }
+    if run.exit_node is not None:
+        st["exitNode"] = run.exit_node
     return st
 
 
@@ -116,6 +119,7 @@ def run_of(obj: dict[str, Any], wf: Workflow | None = None) -> WorkflowRun:
     run.message = status.get("message") or ""
     run.node_counter = int(eng.get("nodeCounter") or 0)
     run.abort_requested = bool(eng.get("abortRequested"))
+    restore_control_fields(run, eng)
     if eng.get("rng"):
         run.rng.setstate(unpack_rng(eng["rng"]))
     for d in status.get("nodes") or []:

@@ -63,6 +63,12 @@ class EventType(enum.StrEnum):
     NODE_RESUME = "NodeResume"  # manual resume of a suspended node
     NODE_EVALUATE = "NodeEvaluate"  # Task: evaluate conditional branches (phase Evaluating)
     NODE_RETRY = "NodeRetry"  # retry a failed actor call (e.g. chaos cleanup) after a backoff
+    NODE_ACTION_DONE = "NodeActionDone"  # an actor call succeeded (Resource); payload: its result
+    NODE_TIMEOUT = "NodeTimeout"  # a kind's own timeout (Resource, Wait) is due
+    NODE_PROBE = "NodeProbe"  # StatusCheck: a probe is due
+    NODE_PROBE_RESULT = "NodeProbeResult"  # StatusCheck: a probe's result; payload: the result
+    NODE_WORKFLOW_SUBMITTED = "NodeWorkflowSubmitted"  # child Workflow submitted/found; payload: status
+    NODE_WORKFLOW_FINISHED = "NodeWorkflowFinished"  # child Workflow finished; payload: status
     # --- workflow-level (node is None) ---------------------------------------------------------
     WORKFLOW_START = "WorkflowStart"
     WORKFLOW_DEADLINE_EXCEEDED = "WorkflowDeadlineExceeded"
@@ -128,9 +134,13 @@ class NotifyAt:
 
 @dataclass(frozen=True, slots=True)
 class CreateChildren:
-    """Instantiate nodes for ``templates`` under this node, then send each NodeCreated in order."""
+    """Instantiate nodes for ``templates`` under this node, then send each NodeCreated in order.
+
+    ``state`` (optional) is the new nodes' initial state, e.g. the exit-handler mark.
+    """
 
     templates: tuple[str, ...]
+    state: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +175,75 @@ class Observe:
     name: str
 
 
-Effect = Notify | NotifyParent | NotifyAt | CreateChildren | StopChildren | Act | Observe
+@dataclass(frozen=True, slots=True)
+class ObserveKind:
+    """Deliver NodeObjectChanged with an :class:`ObservedLists` payload to this node now and
+    whenever an object of the kind that matches (namespace, label selector, name) changes,
+    appears or disappears (until the node finishes). ``key`` names this set in the payload, so a
+    node can observe several sets; observing the same key again replaces it."""
+
+    cluster: str
+    api_version: str
+    kind: str
+    namespace: str | None = None  # None = all namespaces
+    label_selector: str | None = None  # Kubernetes selector syntax; None = every object
+    name: str | None = None  # only the object with this name
+    key: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedLists:
+    """Payload of NodeObjectChanged for ObserveKind: every observed set of the node, by key; each
+    list holds the matching objects sorted by namespace/name."""
+
+    lists: dict[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class DropChildren:
+    """Forget finished children (and their descendants): remove them from ``run.nodes`` and
+    ``node.children`` (bounded history, e.g. a Loop's ``historyLimit``)."""
+
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitWorkflow:
+    """Submit ``workflow`` (a Workflow document) as a child run of this node, or find it.
+
+    Idempotent by name: if a run with that namespace/name exists and carries this node's
+    parent labels it is reported (never started twice); one started by someone else is an error.
+    The result comes back as ``ok`` (payload: ``{"workflow", "phase", "message"}``) or ``fail``.
+    """
+
+    workflow: dict[str, Any]
+    seed: int | None = None
+    ok: EventType = EventType.NODE_WORKFLOW_SUBMITTED
+    fail: EventType = EventType.NODE_ACTION_FAILED
+
+
+@dataclass(frozen=True, slots=True)
+class AbortWorkflow:
+    """Abort the workflow ``key`` (``namespace/name``; a child or the node's own workflow)."""
+
+    key: str
+    message: str
+    terminate: bool = False
+
+
+Effect = (
+    Notify
+    | NotifyParent
+    | NotifyAt
+    | CreateChildren
+    | StopChildren
+    | Act
+    | Observe
+    | ObserveKind
+    | DropChildren
+    | SubmitWorkflow
+    | AbortWorkflow
+)
 
 
 @dataclass(slots=True)

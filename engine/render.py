@@ -215,9 +215,10 @@ def has_placeholder(value: Any) -> bool:
 
 def start_plan(tmpl: Template) -> tuple[bool, tuple[str, ...]] | None:
     """What a node of ``tmpl`` evaluates when it starts: (parameters?, fields to render); None = nothing."""
-    fields = [
-        p for p in RENDERED_FIELDS.get(tmpl.templateType, ()) if has_placeholder(template_field(tmpl, p))
-    ]
+    kind_fields = RENDERED_FIELDS.get(tmpl.templateType)
+    if kind_fields is None and not tmpl.parameters and not isinstance(tmpl.duration, str):
+        return None  # the common case, e.g. Serial / Parallel / Suspend without expressions
+    fields = [p for p in kind_fields or () if has_placeholder(template_field(tmpl, p))]
     if isinstance(tmpl.duration, str):
         fields.append("duration")
     if not tmpl.parameters and not fields:

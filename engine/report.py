@@ -28,7 +28,12 @@ def _label(node: Node) -> str:
         took = f" {format_duration(round(node.finish_time - node.start_time, 3))}"
     style = _STYLE.get(node.phase.value, "")
     msg = f" — {node.message}" if node.message else ""
-    return f"{node.name} [dim]({node.kind})[/dim] [{style}]{node.phase.value}[/{style}]{took}{msg}"
+    tags = ""
+    if "exitFor" in node.state:
+        tags += " [dim]\\[exit handler][/dim]"
+    if "attempt" in node.state:
+        tags += f" [dim]\\[attempt {node.state['attempt']}][/dim]"
+    return f"{node.name} [dim]({node.kind})[/dim]{tags} [{style}]{node.phase.value}[/{style}]{took}{msg}"
 
 
 def render_tree(run: WorkflowRun, out: TextIO) -> None:
@@ -49,4 +54,6 @@ def render_tree(run: WorkflowRun, out: TextIO) -> None:
 
     if run.entry_node is not None:
         add(root, run.entry_node)
+    if run.exit_node is not None and run.exit_node in run.nodes:
+        add(root, run.exit_node)  # the workflow's onExit handler
     console.print(root)

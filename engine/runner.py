@@ -37,6 +37,10 @@ class RunOptions:
     checkpoint_interval: float = 0.25
     world: str | None = None  # YAML objects for the sim cluster; None = the bundled default world
     crash_after_events: int | None = None  # testing hook: os._exit(137) after N events
+    parameters: dict[str, Any] = field(default_factory=dict)  # -p name=value: workflow parameters
+    clusters: dict[str, Any] | None = None  # name -> actors.kube.ClusterConfig: real clusters, real clock
+    metrics_addr: str | None = None  # HOST:PORT to serve Prometheus /metrics on during the run
+    pace: float | None = None  # virtual clock: at most PACE virtual seconds per wall second
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -54,6 +58,8 @@ def build_sim_env(opts: RunOptions, seed: int, clock_start: float = VIRTUAL_EPOC
     from actors.sim.playground import SimWorld
 
     clock: Clock = RealClock() if opts.real_time else VirtualClock(clock_start)
+    if opts.pace and not opts.real_time:
+        clock = PacedVirtualClock(clock_start, opts.pace)
     trigger = OperableTrigger(clock)
     world = SimWorld(clock, trigger, seed=seed)
     store = None
@@ -63,6 +69,42 @@ def build_sim_env(opts: RunOptions, seed: int, clock_start: float = VIRTUAL_EPOC
         store.snapshots["clock"] = clock.now
     manager = WorkflowManager(world.playground, clock, trigger, store)
     return LocalEnv(clock, trigger, manager, store, world)
+
+
+class PacedVirtualClock(VirtualClock):
+    """A virtual clock that moves no faster than ``factor`` x wall time, so a simulated run can be
+    watched live (and scraped by Prometheus). While waiting for the next timer it moves smoothly."""
+
+    def __init__(self, start: float, factor: float) -> None:
+        super().__init__(start)
+        self.factor = float(factor)
+        self._anchor: tuple[float, float] | None = None  # (virtual, wall) at the first advance
+
+    def advance_to(self, t: float) -> None:
+        if t <= self._now:
+            return
+        if self._anchor is None:
+            self._anchor = (self._now, time.monotonic())
+        v0, w0 = self._anchor
+        due = w0 + (t - v0) / self.factor
+        while (left := due - time.monotonic()) > 0:
+            time.sleep(min(left, 0.05))
+            self._now = min(t, max(self._now, v0 + (time.monotonic() - w0) * self.factor))
+        self._now = t
+
+
+def _serve_metrics(opts: RunOptions, env: LocalEnv) -> Any:
+    """With --metrics-addr: attach engine metrics (default registry) and serve /metrics."""
+    from prometheus_client import start_http_server
+
+    from engine.metrics import Metrics
+
+    host, _, port = (opts.metrics_addr or "").rpartition(":")
+    metrics = Metrics().attach(env.manager)
+    metrics.set_leader(True)  # a local run is its own, only engine
+    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
+    print(f"serving metrics on http://{opts.metrics_addr}/metrics", file=opts.err)
+    return server
 
 
 def _progress_listener(opts: RunOptions, env: LocalEnv) -> Any:
@@ -85,6 +127,18 @@ def _drive(env: LocalEnv, opts: RunOptions, runs: list[WorkflowRun]) -> int:
     mgr = env.manager
     if opts.progress and opts.output == "text":
         mgr.phase_listeners.append(_progress_listener(opts, env))
+    server = _serve_metrics(opts, env) if opts.metrics_addr else None
+    poller = None
+    if env.store is not None:  # chaosflow stop|terminate|suspend|unsuspend STATE from elsewhere
+        from engine.control import ControlPoller
+
+        def on_wait(what: str) -> None:
+            print(
+                f"waiting: {what} — continue with `chaosflow unsuspend {opts.state} [--node NAME]`",
+                file=opts.err,
+            )
+
+        poller = ControlPoller(mgr, env.store, on_wait=on_wait).attach()
     wall0 = time.perf_counter()
     if opts.crash_after_events is not None:
         limit = opts.crash_after_events
@@ -92,23 +146,66 @@ def _drive(env: LocalEnv, opts: RunOptions, runs: list[WorkflowRun]) -> int:
         if not all(r.phase.finished for r in runs):
             os._exit(137)  # simulated crash: nothing beyond the last checkpoint is written
     mgr.run()
+    if poller is not None:
+        poller.detach()
     if env.store is not None:
         env.store.flush()
     wall = time.perf_counter() - wall0
     stuck = [r for r in runs if not r.phase.finished]
+    waiting = bool(stuck) and mgr.waiting_for_input()
     for r in stuck:
+        if waiting:
+            r.message = r.message or (
+                "waiting for input (suspended, or a manual Suspend step): run with --state and use "
+                "`chaosflow unsuspend STATE`"
+            )
         r.message = r.message or "stuck: nothing left to run and the workflow did not finish"
     _report(runs, opts, wall, mgr)
     mgr.close()
+    if server is not None:
+        server.shutdown()
     return EXIT_OK if all(r.phase.value == "Succeed" for r in runs) else EXIT_FAILED
+
+
+def build_kube_env(opts: RunOptions) -> LocalEnv:
+    """Real clusters (``opts.clusters``) on the real clock; actors on a thread pool."""
+    from actors.kube import KubePlayground
+
+    assert opts.clusters
+    clock = RealClock()
+    trigger = OperableTrigger(clock)
+    playground = KubePlayground(opts.clusters)
+    store = SQLiteStore(opts.state, min_interval=opts.checkpoint_interval) if opts.state else None
+    manager = WorkflowManager(playground, clock, trigger, store, actor_workers=8)
+    return LocalEnv(clock, trigger, manager, store, None)
+
+
+def _clusters_meta(clusters: dict[str, Any]) -> dict[str, list[Any]]:
+    return {
+        n: [str(c.kubeconfig) if c.kubeconfig else None, c.context, c.incluster] for n, c in clusters.items()
+    }
+
+
+def _clusters_from_meta(meta: dict[str, list[Any]]) -> dict[str, Any]:
+    from actors.kube import ClusterConfig
+
+    return {n: ClusterConfig(kubeconfig=k, context=c, incluster=bool(i)) for n, (k, c, i) in meta.items()}
 
 
 def run_local(workflows: list[Workflow], opts: RunOptions) -> int:
     seed = opts.seed if opts.seed is not None else (workflows[0].spec.seed or 0)
-    env = build_sim_env(opts, seed)
-    env.world.load_world_file(opts.world)
+    env = build_kube_env(opts) if opts.clusters else build_sim_env(opts, seed)
+    if env.world is not None:
+        env.world.load_world_file(opts.world)
     if env.store is not None:
-        env.store.put_meta("options", {"seed": seed, "real_time": opts.real_time})
+        meta: dict[str, Any] = {"seed": seed, "real_time": opts.real_time}
+        if opts.clusters:
+            meta["clusters"] = _clusters_meta(opts.clusters)
+        env.store.put_meta("options", meta)
+    if opts.parameters:
+        from engine.render import override_parameters
+
+        workflows = [override_parameters(wf, opts.parameters) for wf in workflows]
     runs = [env.manager.submit(wf, seed=opts.seed) for wf in workflows]
     return _drive(env, opts, runs)
 
@@ -118,14 +215,30 @@ def resume_local(state: str, opts: RunOptions) -> int:
         print(f"{state}: no such state file", file=opts.err)
         return EXIT_INVALID
     store = SQLiteStore(state)
+    from engine.control import engine_alive
+
+    engine = store.get_engine()
+    if engine_alive(engine):
+        store.close()
+        assert engine is not None
+        print(
+            f"{state}: a live engine (pid {engine.get('pid')}) is running this state; control it with "
+            f"`chaosflow stop|terminate|suspend|unsuspend {state}`",
+            file=opts.err,
+        )
+        return EXIT_INVALID
     meta = store.get_meta("options", {}) or {}
     clock_at = store.get_meta("clock", VIRTUAL_EPOCH)
     sim = store.get_meta("sim")
     store.close()
     opts.state = state
     opts.real_time = bool(meta.get("real_time", False))
-    env = build_sim_env(opts, int(meta.get("seed", 0)), clock_start=clock_at)
-    if sim is not None:
+    if meta.get("clusters"):
+        opts.clusters = opts.clusters or _clusters_from_meta(meta["clusters"])
+        env = build_kube_env(opts)
+    else:
+        env = build_sim_env(opts, int(meta.get("seed", 0)), clock_start=clock_at)
+    if sim is not None and env.world is not None:
         env.world.restore(sim)
     assert env.store is not None
     runs = env.store.load_all()

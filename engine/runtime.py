@@ -9,6 +9,7 @@ references, flags) and must stay JSON-serializable.
 from __future__ import annotations
 
 import random
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,7 @@ from engine.clock import rfc3339
 from engine.duration import DurationRange
 from engine.expr import FunctionSet
 from engine.model import NodeStatus, Template, Workflow, WorkflowStatus
-from engine.phases import NodePhase, StopReason, StopRequest, WorkflowPhase
+from engine.phases import Event, NodePhase, StopReason, StopRequest, WorkflowPhase
 
 
 @dataclass(slots=True)
@@ -48,6 +49,8 @@ class Node:
         }
         if self.reason:
             d["reason"] = self.reason
+        if "exitFor" in self.state:
+            d["exitHandler"] = True  # runs because the workflow or the node exitFor ended
         if self.outputs:
             d["outputs"] = self.outputs
         if self.state:
@@ -94,8 +97,11 @@ class WorkflowRun:
         "abort_requested",
         "deadline_at",
         "entry_node",
-        "functions",
+        "exit_node",
         "finish_time",
+        "functions",
+        "gated",
+        "held",
         "key",
         "latest",
         "message",
@@ -103,11 +109,18 @@ class WorkflowRun:
         "namespace",
         "node_counter",
         "nodes",
+        "parallelism",
         "phase",
         "rng",
         "seed",
+        "slot_queue",
+        "slots",
+        "start_plans",
         "start_time",
+        "suspended",
+        "suspended_nodes",
         "templates",
+        "terminated",
         "transitions",
         "workflow",
     )
@@ -134,6 +147,17 @@ class WorkflowRun:
         self.functions: FunctionSet | None = None  # CEL functions bound to rng and clock (set by the manager)
         self.transitions = 0
         self.abort_requested = False
+        # --- workflow-level features (engine/manager.py, engine/control.py) ---
+        self.exit_node: str | None = None  # the node running spec.onExit
+        self.terminated = False  # terminate: exit handlers are skipped
+        self.suspended = False  # the whole workflow is suspended: nothing new starts
+        self.suspended_nodes: set[str] = set()  # suspended subtrees
+        self.parallelism = workflow.spec.parallelism or 0  # max running leaf nodes; 0 = unlimited
+        self.slots: set[str] = set()  # leaf nodes holding a parallelism slot
+        self.slot_queue: deque[str] = deque()  # leaf nodes waiting for a slot, in creation order
+        self.held: list[Event] = []  # events held while suspended (re-sent on unsuspend)
+        self.start_plans: dict[str, Any] = {}  # template -> what to evaluate at node start (cache)
+        self.gated = bool(self.parallelism)  # any of the above needs the manager's start gate
 
     # --- helpers used by the state machines (read-only apart from the rng) ---------------------
     def template(self, node: Node) -> Template:
@@ -144,6 +168,35 @@ class WorkflowRun:
         if isinstance(spec, DurationRange):
             return spec.draw(self.rng)
         return float(spec)
+
+    def duration(self, node: Node) -> float:
+        """The node's ``duration``: rendered when the node started (a ``{{ }}`` string), or drawn."""
+        rendered = node.state.get("rendered")
+        if rendered is not None and "duration" in rendered:
+            return float(rendered["duration"])
+        spec = self.templates[node.template].duration
+        assert spec is not None and not isinstance(spec, str)  # validated / rendered at start
+        return self.draw(spec)
+
+    def update_gate(self) -> None:
+        self.gated = bool(self.parallelism or self.suspended or self.suspended_nodes)
+
+    def is_suspended(self, node: Node) -> bool:
+        """Whether the workflow, the node or one of its ancestors is suspended — exit handlers
+        (and everything under them) are cleanup and never held."""
+        if not self.suspended and not self.suspended_nodes:
+            return False
+        sus = self.suspended_nodes
+        held = self.suspended
+        nodes = self.nodes
+        n: Node | None = node
+        while n is not None:
+            if "exitFor" in n.state:
+                return False
+            if n.name in sus:
+                held = True
+            n = nodes.get(n.parent) if n.parent is not None else None
+        return held
 
     def active_children(self, node: Node) -> list[str]:
         nodes = self.nodes
@@ -169,6 +222,11 @@ class WorkflowRun:
         return f"{done}/{len(self.nodes)}"
 
     def status(self) -> WorkflowStatus:
+        extra: dict[str, Any] = {}
+        if self.exit_node is not None:
+            extra["exitNode"] = self.exit_node
+        if self.suspended or self.suspended_nodes:
+            extra["suspended"] = True if self.suspended else sorted(self.suspended_nodes)
         return WorkflowStatus(
             phase=self.phase.value,
             startTime=rfc3339(self.start_time),
@@ -177,6 +235,7 @@ class WorkflowRun:
             message=self.message,
             progress=self.progress(),
             nodes=[NodeStatus.model_validate(n.to_status()) for n in self.nodes.values()],
+            **extra,
         )
 
     def to_object(self) -> dict[str, Any]:
@@ -187,6 +246,25 @@ class WorkflowRun:
 
 
 # --- persistence ---------------------------------------------------------------------------------
+def control_fields(run: WorkflowRun) -> dict[str, Any]:
+    """Workflow-level state a restart needs beyond the nodes: the exit handler node, terminate and
+    suspension flags (every store persists these; see :func:`restore_control_fields`)."""
+    return {
+        "exitNode": run.exit_node,
+        "terminated": run.terminated,
+        "suspended": run.suspended,
+        "suspendedNodes": sorted(run.suspended_nodes),
+    }
+
+
+def restore_control_fields(run: WorkflowRun, d: dict[str, Any]) -> None:
+    run.exit_node = d.get("exitNode")
+    run.terminated = bool(d.get("terminated", False))
+    run.suspended = bool(d.get("suspended", False))
+    run.suspended_nodes = set(d.get("suspendedNodes") or ())
+    run.update_gate()
+
+
 def run_to_record(run: WorkflowRun) -> dict[str, Any]:
     """Everything needed to continue a run after a crash (JSON-serializable)."""
     version, internal, gauss = run.rng.getstate()
@@ -202,6 +280,7 @@ def run_to_record(run: WorkflowRun) -> dict[str, Any]:
         "seed": run.seed,
         "rng": [version, list(internal), gauss],
         "abortRequested": run.abort_requested,
+        **control_fields(run),
         "nodes": [{**n.to_status(), "t": [n.start_time, n.finish_time]} for n in run.nodes.values()],
     }
 
@@ -217,6 +296,7 @@ def run_from_record(rec: dict[str, Any]) -> WorkflowRun:
     run.message = rec["message"]
     run.node_counter = rec["nodeCounter"]
     run.abort_requested = rec.get("abortRequested", False)
+    restore_control_fields(run, rec)
     version, internal, gauss = rec["rng"]
     run.rng.setstate((version, tuple(internal), gauss))
     for d in rec["nodes"]:

@@ -35,8 +35,15 @@ class SerialScheduler:
 class ParallelScheduler:
     @staticmethod
     def schedule_next(node: Node, run: WorkflowRun) -> list[str]:
-        children = run.templates[node.template].children or []
-        return list(children[len(node.children) :])
+        """Children not yet created, in order; with ``parallelism`` only as many as may run now."""
+        tmpl = run.templates[node.template]
+        children = tmpl.children or []
+        rest = children[len(node.children) :]
+        limit = tmpl.parallelism
+        if limit and rest:
+            free = limit - len(run.active_children(node))
+            rest = rest[: max(0, free)]
+        return list(rest)
 
 
 class TaskScheduler:

@@ -14,9 +14,12 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine.runtime import WorkflowRun, run_from_record, run_to_record
+
+if TYPE_CHECKING:
+    from engine.control import Control
 
 SnapshotProvider = Callable[[], Any]
 
@@ -43,6 +46,17 @@ class SQLiteStore:
     CREATE TABLE IF NOT EXISTS meta (
         key TEXT PRIMARY KEY,
         value TEXT NOT NULL
+    );
+    CREATE TABLE IF NOT EXISTS controls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        workflow TEXT NOT NULL,
+        action TEXT NOT NULL,
+        node TEXT,
+        message TEXT,
+        created REAL NOT NULL,
+        applied REAL,
+        ok INTEGER,
+        result TEXT
     );
     """
 
@@ -72,6 +86,13 @@ class SQLiteStore:
         if self._pending or self.snapshots:
             self._write()
 
+    def flush_due(self) -> None:
+        """Write what a throttled ``save`` left pending once ``min_interval`` has passed (an engine
+        that went idle still gets its last changes checkpointed)."""
+        if self._pending and time.monotonic() - self._last >= self.min_interval:
+            self._write()
+            self._last = time.monotonic()
+
     def _write(self) -> None:
         rows = [
             (r.key, r.phase.value, json.dumps(run_to_record(r), separators=(",", ":")), time.time())
@@ -96,6 +117,50 @@ class SQLiteStore:
     def get_meta(self, key: str, default: Any = None) -> Any:
         row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return default if row is None else json.loads(row[0])
+
+    # --- controls from other processes (engine/control.py) ---------------------------------------
+    def add_control(self, workflow: str, action: str, node: str | None, message: str | None) -> int:
+        cur = self._db.execute(
+            "INSERT INTO controls (workflow, action, node, message, created) VALUES (?, ?, ?, ?, ?)",
+            (workflow, action, node, message, time.time()),
+        )
+        return int(cur.lastrowid or 0)
+
+    def pending_controls(self) -> list[Control]:
+        from engine.control import Control
+
+        rows = self._db.execute(
+            "SELECT id, workflow, action, node, message FROM controls WHERE applied IS NULL ORDER BY id"
+        ).fetchall()
+        return [Control(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
+    def finish_control(self, control_id: int, ok: bool, result: str) -> None:
+        self._db.execute(
+            "UPDATE controls SET applied = ?, ok = ?, result = ? WHERE id = ?",
+            (time.time(), int(ok), result, control_id),
+        )
+
+    def control_result(self, control_id: int) -> tuple[bool, str] | None:
+        row = self._db.execute(
+            "SELECT applied, ok, result FROM controls WHERE id = ?", (control_id,)
+        ).fetchone()
+        if row is None or row[0] is None:
+            return None
+        return bool(row[1]), str(row[2] or "")
+
+    def put_engine(self, info: dict[str, Any]) -> None:
+        self.put_meta("engine", info)
+
+    def get_engine(self) -> dict[str, Any] | None:
+        value = self.get_meta("engine")
+        return value if isinstance(value, dict) else None
+
+    def clear_engine(self) -> None:
+        self._db.execute("DELETE FROM meta WHERE key = 'engine'")
+
+    def workflow_phases(self) -> dict[str, str]:
+        rows = self._db.execute("SELECT key, phase FROM workflows ORDER BY key").fetchall()
+        return {str(k): str(p) for k, p in rows}
 
     def load_all(self) -> list[WorkflowRun]:
         rows = self._db.execute("SELECT record FROM workflows ORDER BY key").fetchall()

@@ -26,12 +26,21 @@ MAX_EXPANDED_NODES = 1_000_000
 # Which optional template fields each kind uses (the rest must be unset).
 _KIND_FIELDS: dict[str, set[str]] = {
     "Serial": {"children"},
-    "Parallel": {"children"},
-    "Suspend": {"duration"},
+    "Parallel": {"children", "parallelism", "endWith"},
+    "Suspend": {"duration", "manual"},
     "Task": {"task", "conditionalBranches"},
     "Chaos": {"chaos", "duration"},
+    "Resource": {"resource"},
+    "Wait": {"wait"},
+    "Loop": {"loop"},
+    "Switch": {"switch"},
+    "StatusCheck": {"statusCheck", "abortWithStatusCheck"},
+    "Workflow": {"workflow"},
 }
 _OPTIONAL = {"duration", "children", "task", "conditionalBranches", "chaos", *CHAOS_MESH_KINDS.values()}
+_OPTIONAL |= {"resource", "wait", "loop", "switch"}
+_OPTIONAL |= {"statusCheck", "abortWithStatusCheck", "workflow"}
+_OPTIONAL |= {"parallelism", "manual", "endWith"}
 
 
 def _kind_fields(kind: str) -> set[str]:
@@ -54,6 +63,21 @@ def _targets_of_model(t: Template) -> list[tuple[Path, str]]:
     out += [
         (("conditionalBranches", i, "target"), b.target) for i, b in enumerate(t.conditionalBranches or [])
     ]
+    if t.loop is not None:
+        out.append((("loop", "child"), t.loop.child))
+    if t.switch is not None:
+        out += [(("switch", "cases", i, "target"), c.target) for i, c in enumerate(t.switch.cases or [])]
+        if t.switch.default is not None:
+            out.append((("switch", "default"), t.switch.default))
+        out += [
+            (("switch", "weights", i, "target"), w.target)
+            for i, w in enumerate(t.switch.weights or [])
+            if w.target is not None
+        ]
+    if t.workflow is not None and t.workflow.from_ is not None:
+        out.append((("workflow", "from"), t.workflow.from_))
+    if t.onExit is not None:
+        out.append((("onExit",), t.onExit))
     return out
 
 
@@ -67,11 +91,33 @@ def _targets_of_raw(t: dict[str, Any]) -> list[tuple[Path, str]]:
         for i, b in enumerate(branches):
             if isinstance(b, dict) and isinstance(b.get("target"), str):
                 out.append((("conditionalBranches", i, "target"), b["target"]))
+    loop = t.get("loop")
+    if isinstance(loop, dict) and isinstance(loop.get("child"), str):
+        out.append((("loop", "child"), loop["child"]))
+    switch = t.get("switch")
+    if isinstance(switch, dict):
+        for field_name in ("cases", "weights"):
+            entries = switch.get(field_name)
+            if isinstance(entries, list):
+                for i, c in enumerate(entries):
+                    if isinstance(c, dict) and isinstance(c.get("target"), str):
+                        out.append((("switch", field_name, i, "target"), c["target"]))
+        if isinstance(switch.get("default"), str):
+            out.append((("switch", "default"), switch["default"]))
+    child_wf = t.get("workflow")
+    if isinstance(child_wf, dict) and isinstance(child_wf.get("from"), str):
+        out.append((("workflow", "from"), child_wf["from"]))
+    if isinstance(t.get("onExit"), str):
+        out.append((("onExit",), t["onExit"]))
     return out
 
 
-def structure_issues(entry: Any, items: list[_T], filename: str, base: Path = ()) -> list[ValidationIssue]:
-    """Names, duplicates, the entry, references, cycles, reachability and expanded size."""
+def structure_issues(
+    entry: Any, items: list[_T], filename: str, base: Path = (), on_exit: Any = None
+) -> list[ValidationIssue]:
+    """Names, duplicates, the entry, references, cycles, reachability and expanded size.
+
+    ``on_exit`` (spec.onExit) is a second root: templates reachable from it are reachable."""
     issues: list[ValidationIssue] = []
 
     def add(path: Path, msg: str) -> None:
@@ -93,6 +139,8 @@ def structure_issues(entry: Any, items: list[_T], filename: str, base: Path = ()
         return issues
     if entry not in index:
         add(("spec", "entry"), f'unknown template "{entry}"')
+    if isinstance(on_exit, str) and on_exit not in index:
+        add(("spec", "onExit"), f'unknown template "{on_exit}"')
     graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(index)
     for t in items:
@@ -112,6 +160,8 @@ def structure_issues(entry: Any, items: list[_T], filename: str, base: Path = ()
     if entry not in index:
         return issues
     reachable = nx.descendants(graph, entry) | {entry}
+    if isinstance(on_exit, str) and on_exit in index:
+        reachable |= nx.descendants(graph, on_exit) | {on_exit}
     for t in items:
         if t.name not in reachable and index.get(t.name) is t:
             add(("spec", "templates", t.index), f'template "{t.name}" is unreachable from entry "{entry}"')
@@ -133,7 +183,7 @@ def raw_structure_issues(doc: dict[str, Any], filename: str, base: Path = ()) ->
         for i, t in enumerate(spec["templates"])
         if isinstance(t, dict) and isinstance(t.get("name"), str)
     ]
-    return structure_issues(spec.get("entry"), items, filename, base)
+    return structure_issues(spec.get("entry"), items, filename, base, spec.get("onExit"))
 
 
 def metadata_issues(
@@ -170,7 +220,53 @@ def template_issues(t: Template, i: int, filename: str, base: Path = ()) -> list
     issues += [
         ValidationIssue(filename, (*p, *rel), msg) for rel, msg in machine_for(t.templateType).validate(t)
     ]
+    issues += [ValidationIssue(filename, (*p, *rel), msg) for rel, msg in _workflow_feature_issues(t)]
     return issues
+
+
+def _placeholder_issues(value: Any, path: Path) -> list[tuple[Path, str]]:
+    """``{{ }}`` syntax inside strings of ``value`` (nested dicts and lists)."""
+    from engine.expr import ExprError, check_syntax, template_expressions
+
+    out: list[tuple[Path, str]] = []
+    if isinstance(value, str):
+        try:
+            exprs = list(template_expressions(value))
+        except ExprError as e:
+            return [(path, str(e))]
+        for src in exprs:
+            err = check_syntax(src)
+            if err:
+                out.append((path, err))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out += _placeholder_issues(v, (*path, str(k)))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _placeholder_issues(v, (*path, i))
+    return out
+
+
+def _workflow_feature_issues(t: Template) -> list[tuple[Path, str]]:
+    """Fields every kind has: parameters, retryStrategy, and ``{{ }}`` in rendered fields."""
+    import re
+
+    from engine.render import RENDERED_FIELDS, template_field
+
+    out: list[tuple[Path, str]] = []
+    for name, value in (t.parameters or {}).items():
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            out.append((("parameters", name), "parameter names must be identifiers (letters, digits, _)"))
+        out += _placeholder_issues(value, ("parameters", name))
+    if isinstance(t.duration, str):
+        out += _placeholder_issues(t.duration, ("duration",))
+    for dotted in RENDERED_FIELDS.get(t.templateType, ()):
+        out += _placeholder_issues(template_field(t, dotted), tuple(dotted.split(".")))
+    rs = t.retryStrategy
+    if rs is not None and rs.limit is None and (rs.backoff is None or rs.backoff.maxDuration is None):
+        why = "retryStrategy needs limit or backoff.maxDuration (it would retry forever)"
+        out.append((("retryStrategy",), why))
+    return out
 
 
 def validate_workflow(wf: Workflow, filename: str, base: Path = ()) -> list[ValidationIssue]:
@@ -179,7 +275,13 @@ def validate_workflow(wf: Workflow, filename: str, base: Path = ()) -> list[Vali
     for i, t in enumerate(wf.spec.templates):
         issues += template_issues(t, i, filename, base)
     items = [_T(i, t.name, _targets_of_model(t)) for i, t in enumerate(wf.spec.templates)]
-    issues += structure_issues(wf.spec.entry, items, filename, base)
+    issues += structure_issues(wf.spec.entry, items, filename, base, wf.spec.onExit)
+    from templates.loop import unbounded_loop_issues
+
+    issues += [ValidationIssue(filename, (*base, *p), msg) for p, msg in unbounded_loop_issues(wf)]
+    from templates.statuscheck import unbounded_check_issues
+
+    issues += [ValidationIssue(filename, (*base, *p), msg) for p, msg in unbounded_check_issues(wf)]
     return issues
 
 

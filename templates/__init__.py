@@ -8,10 +8,17 @@ from __future__ import annotations
 from engine.model import CHAOS_MESH_KINDS
 from templates.base import NodeMachine
 from templates.chaos import ChaosMachine
+from templates.lifecycle import LifecycleMachine
+from templates.loop import LoopMachine
 from templates.parallel import ParallelMachine
+from templates.resource import ResourceMachine
 from templates.serial import SerialMachine
+from templates.statuscheck import StatusCheckMachine
 from templates.suspend import SuspendMachine
+from templates.switch import SwitchMachine
 from templates.task import TaskMachine
+from templates.wait import WaitMachine
+from templates.workflow import WorkflowMachine
 
 _chaos = ChaosMachine()
 MACHINES: dict[str, NodeMachine] = {
@@ -20,12 +27,22 @@ MACHINES: dict[str, NodeMachine] = {
     "Suspend": SuspendMachine(),
     "Task": TaskMachine(),
     "Chaos": _chaos,
+    "Resource": ResourceMachine(),
+    "Wait": WaitMachine(),
+    "Loop": LoopMachine(),
+    "Switch": SwitchMachine(),
+    "StatusCheck": StatusCheckMachine(),
+    "Workflow": WorkflowMachine(),
     **{kind: _chaos for kind in CHAOS_MESH_KINDS},
+    # engine kinds (not a templateType users write): retries and exit handlers of any template
+    "Lifecycle": LifecycleMachine(),
 }
+#: kinds the engine creates by itself; not accepted as templateType
+ENGINE_KINDS = frozenset({"Lifecycle"})
 
 
 def known_kinds() -> frozenset[str]:
-    return frozenset(MACHINES)
+    return frozenset(MACHINES) - ENGINE_KINDS
 
 
 def machine_for(kind: str) -> NodeMachine:

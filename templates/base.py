@@ -7,7 +7,11 @@ is ignored. Three things are handled here for every kind, so no kind can get the
 * a deadline is armed when the node is created (``NotifyAt`` at ``now + deadline``);
 * ``NodeDeadlineExceeded`` and ``NodeAbort`` call the kind's :meth:`NodeMachine.stop`, which must
   release whatever the node holds (chaos objects, pods, children) before the node finishes;
-* events for finished nodes are ignored, so duplicate or late events are harmless.
+* events for finished nodes are ignored, so duplicate or late events are harmless;
+* a terminate (``StopRequest.cleanup`` False) that arrives while a node is already stopping with
+  cleanup escalates (:meth:`NodeMachine.escalate`): exit handlers still running are terminated too;
+* exit handlers (nodes marked ``exitFor``) whose template sets no deadline get the workflow's
+  ``onExitDeadline`` (default :data:`DEFAULT_EXIT_DEADLINE`).
 
 Handlers are pure: they read the node and the run and return a :class:`Transition`.
 """
@@ -42,6 +46,17 @@ Handler = Callable[[Any, "Node", Event, "WorkflowRun", float], Transition]
 P = NodePhase
 E = EventType
 
+#: run-time limit of an exit handler whose template sets no deadline (spec.onExitDeadline overrides)
+DEFAULT_EXIT_DEADLINE = 600.0
+
+
+def deadline_of(node: Node, run: WorkflowRun) -> float | None:
+    """The node's deadline: its template's, or for an exit handler the workflow's exit deadline."""
+    d = run.template(node).deadline
+    if d is None and "exitFor" in node.state:
+        d = run.workflow.spec.onExitDeadline or DEFAULT_EXIT_DEADLINE
+    return d
+
 
 def stop_state(req: StopRequest) -> dict[str, Any]:
     from engine.runtime import stop_to_dict
@@ -74,13 +89,19 @@ class NodeMachine:
     #: phases this kind can be in (the seed's "Available phase")
     phases: ClassVar[frozenset[NodePhase]]
     table: ClassVar[dict[tuple[NodePhase, EventType], Handler]]
+    #: a leaf does work itself (a pod, chaos, a wait) and takes a slot of ``spec.parallelism``
+    leaf: ClassVar[bool] = True
 
     def handle(self, node: Node, event: Event, run: WorkflowRun, now: float) -> Transition:
         if node.phase is P.SUCCEED or node.phase is P.FAILED:
             return IGNORED
         et = event.type
         if et is E.NODE_ABORT:
-            if stopping(node) is not None:
+            cur = stopping(node)
+            if cur is not None:
+                req: StopRequest = event.payload
+                if cur.cleanup and not req.cleanup:
+                    return self.escalate(node, req, run, now)
                 return IGNORED
             return self.stop(node, event.payload, run, now)
         if et is E.NODE_DEADLINE_EXCEEDED:
@@ -89,9 +110,10 @@ class NodeMachine:
                 return IGNORED
             tmpl = run.template(node)
             succeed = tmpl.onDeadline == "Succeed"
+            d = deadline_of(node, run)
             req = StopRequest(
                 StopReason.DEADLINE_EXCEEDED,
-                f"deadline {tmpl.deadline:g}s exceeded" if tmpl.deadline else "deadline exceeded",
+                f"deadline {d:g}s exceeded" if d else "deadline exceeded",
                 succeed=succeed,
             )
             return self.stop(node, req, run, now)
@@ -106,6 +128,8 @@ class NodeMachine:
     @staticmethod
     def _arm_deadline(node: Node, run: WorkflowRun, now: float, tr: Transition) -> None:
         deadline = run.template(node).deadline
+        if deadline is None and "exitFor" in node.state:
+            deadline = deadline_of(node, run)
         if deadline is None or tr.phase in (P.SUCCEED, P.FAILED):
             return
         at = now + deadline
@@ -115,6 +139,15 @@ class NodeMachine:
     def stop(self, node: Node, req: StopRequest, run: WorkflowRun, now: float) -> Transition:
         """Release what the node holds and finish it as ``req`` says. Kinds override as needed."""
         return finish_stopped(req)
+
+    def escalate(self, node: Node, req: StopRequest, run: WorkflowRun, now: float) -> Transition:
+        """A terminate arrived while the node is stopping with cleanup. Leaves are releasing
+        what they hold already (chaos is always removed); nothing more to do."""
+        return IGNORED
+
+    def holds_slot(self, node: Node) -> bool:
+        """Whether a started leaf still occupies a ``spec.parallelism`` slot."""
+        return node.phase is not P.INIT and not node.phase.finished
 
     def resume(self, node: Node, run: WorkflowRun, now: float) -> list[Effect]:
         """Effects that continue this node after a restart from its stored status (level-based)."""
@@ -136,16 +169,33 @@ class NodeMachine:
 class CompositeMachine(NodeMachine):
     """Shared behaviour of kinds with children (Serial, Parallel, Task's branches)."""
 
+    leaf = False
+
     def stop(self, node: Node, req: StopRequest, run: WorkflowRun, now: float) -> Transition:
         active = run.active_children(node)
         if not active:
             return finish_stopped(req)
-        child_req = StopRequest(StopReason.PARENT_STOPPED, f"parent {node.name}: {req.message}", req.succeed)
+        child_req = StopRequest(
+            StopReason.PARENT_STOPPED, f"parent {node.name}: {req.message}", req.succeed, req.cleanup
+        )
         return Transition(
             P.WAITING_FOR_CHILD if node.phase is not P.WAITING_FOR_CHILD else None,
             [StopChildren(child_req)],
             state=stop_state(req),
         )
+
+    def escalate(self, node: Node, req: StopRequest, run: WorkflowRun, now: float) -> Transition:
+        """Terminate while stopping: pass it on to the active children (exit handlers among them)."""
+        cur = stopping(node)
+        assert cur is not None
+        merged = StopRequest(cur.reason, cur.message, cur.succeed, cleanup=False)
+        effects: list[Effect] = []
+        if run.active_children(node):
+            child_req = StopRequest(
+                StopReason.PARENT_STOPPED, f"parent {node.name}: {req.message}", cur.succeed, cleanup=False
+            )
+            effects.append(StopChildren(child_req))
+        return Transition(None, effects, state=stop_state(merged))
 
     @staticmethod
     def after_stop_progress(node: Node, run: WorkflowRun) -> Transition | None:
@@ -178,7 +228,11 @@ class CompositeMachine(NodeMachine):
         elif node.phase is P.WAITING_FOR_CHILD:
             req = stopping(node)
             if req is not None and run.active_children(node):
-                effects.append(StopChildren(StopRequest(StopReason.PARENT_STOPPED, req.message, req.succeed)))
+                effects.append(
+                    StopChildren(
+                        StopRequest(StopReason.PARENT_STOPPED, req.message, req.succeed, req.cleanup)
+                    )
+                )
             # re-deliver the outcome of children that finished before the crash (handlers are level-based)
             for c in node.children:
                 ph = run.nodes[c].phase

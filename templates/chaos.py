@@ -18,14 +18,20 @@ Beyond the seed (and unlike Chaos Mesh, which has open reports for each):
 * if the object reports failure, or vanishes while held, the node fails (after cleanup);
 * abort and deadline delete the object before the node finishes; a failed delete is retried
   with backoff and reported if it never succeeds (the object is never silently left behind).
+* a named chaos actor (``chaos: {action, params}``, ``actors/chaos_registry.py``) runs through the
+  same table: "create" is the actor call ``chaos.inject`` and "delete" is ``chaos.recover`` with
+  the object refs the actor returned, kept in the node state (so cleanup and resume work).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from actors.chaos_registry import is_one_shot as actor_one_shot
+from actors.chaos_registry import validate_action
 from engine.model import CHAOS_MESH_API_VERSION, CHAOS_MESH_KINDS, LABEL_NODE, LABEL_TEMPLATE, LABEL_WORKFLOW
 from engine.phases import Act, Effect, Event, NotifyAt, Observe, StopRequest, Transition
+from engine.render import rendered
 from templates.base import IGNORED, E, NodeMachine, P, finish, finish_stopped, stop_state, stopping
 
 if TYPE_CHECKING:
@@ -40,7 +46,7 @@ INJECT_TIMEOUT = 120.0
 
 def is_one_shot(tmpl: Template) -> bool:
     if tmpl.chaos is not None:
-        return tmpl.chaos.oneShot
+        return tmpl.chaos.oneShot or (tmpl.chaos.action is not None and actor_one_shot(tmpl.chaos.action))
     if tmpl.templateType == "PodChaos":
         return (tmpl.podChaos or {}).get("action") in ONE_SHOT_POD_ACTIONS
     return False
@@ -50,15 +56,16 @@ def chaos_object(run: WorkflowRun, node: Node, tmpl: Template) -> tuple[str, dic
     """(cluster, object) this node injects. Names are deterministic, so creation is idempotent."""
     if tmpl.chaos is not None:
         cluster = tmpl.chaos.cluster
-        manifest = tmpl.chaos.manifest or {}
+        manifest = rendered(node, "chaos.manifest", tmpl.chaos.manifest) or {}  # {{ }} rendered at start
         obj: dict[str, Any] = {k: v for k, v in manifest.items() if k != "metadata"}
         meta = dict(manifest.get("metadata") or {})
     else:
         cluster = "default"
+        field = CHAOS_MESH_KINDS[tmpl.templateType]
         obj = {
             "apiVersion": CHAOS_MESH_API_VERSION,
             "kind": tmpl.templateType,
-            "spec": getattr(tmpl, CHAOS_MESH_KINDS[tmpl.templateType]) or {},
+            "spec": rendered(node, field, getattr(tmpl, field)) or {},
         }
         meta = {}
     meta.setdefault("name", run.object_name(node))
@@ -113,9 +120,70 @@ def failure_of(obj: dict[str, Any]) -> str | None:
 
 def _delete(node: Node, extra: dict[str, Any] | None = None) -> Transition:
     state = {"deleting": True, **(extra or {})}
+    if "actor" in node.state:  # a named chaos actor: recover what it injected
+        return Transition(P.RUNNING, [_recover_act(node.state)], state=state)
     return Transition(
         P.RUNNING, [Act("object.delete", node.state["object"], ok=E.NODE_CHAOS_CLEANED)], state=state
     )
+
+
+# --- named chaos actors (actors/chaos_registry.py) -----------------------------------------------
+# The call (action, rendered params, context) and the refs the actor returned live in node.state
+# ("actor", "refs"), so cleanup and resume work from the stored state alone.
+def _named_created(run: WorkflowRun, node: Node, tmpl: Template) -> Transition:
+    spec = tmpl.chaos
+    assert spec is not None and spec.action is not None
+    params = dict(rendered(node, "chaos.params", spec.params))  # {{ }} rendered as the node started
+    labels = {LABEL_WORKFLOW: run.name, LABEL_NODE: node.name, LABEL_TEMPLATE: tmpl.name}
+    ctx = {
+        "workflow": run.name,
+        "namespace": run.namespace,
+        "node": node.name,
+        "name": run.object_name(node),
+        "cluster": spec.cluster,
+        "labels": labels,
+        "seed": run.rng.getrandbits(32),
+    }
+    call = {"action": spec.action, "params": params, "ctx": ctx}
+    return Transition(
+        P.RUNNING,
+        [Act("chaos.inject", call, ok=E.NODE_CHAOS_INJECTED)],
+        state={"actor": call, "injected": False},
+    )
+
+
+def _recover_act(st: dict[str, Any]) -> Act:
+    return Act("chaos.recover", {**st["actor"], "refs": st.get("refs") or []}, ok=E.NODE_CHAOS_CLEANED)
+
+
+def _named_injected(node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    res = ev.payload if isinstance(ev.payload, dict) else {}
+    refs = list(res.get("refs") or [])
+    tmpl = run.template(node)
+    if stopping(node) is not None or is_one_shot(tmpl):
+        st = {"deleting": True, "injected": True, "refs": refs}
+        tr = Transition(P.RUNNING, [_recover_act({**node.state, **st})], state=st)
+    else:
+        assert tmpl.duration is not None  # validated
+        until = now + run.duration(node)  # drawn, or rendered from a {{ }} string at start
+        tr = Transition(
+            P.HOLDING,
+            [NotifyAt(E.NODE_HOLDING_AWAKE, until)],
+            state={"injected": True, "holdUntil": until, "refs": refs},
+        )
+    tr.outputs = {**(res.get("outputs") or {}), "objects": len(refs)}
+    return tr
+
+
+def _named_resume(node: Node, run: WorkflowRun) -> list[Effect]:
+    st = node.state
+    if node.phase is P.HOLDING:
+        return [NotifyAt(E.NODE_HOLDING_AWAKE, st["holdUntil"])]
+    if st.get("deleting"):
+        return [_recover_act(st)]
+    if not st.get("injected"):
+        return [Act("chaos.inject", st["actor"], ok=E.NODE_CHAOS_INJECTED)]  # idempotent per ctx.name
+    return []
 
 
 def _injected(m: ChaosMachine, node: Node, run: WorkflowRun, now: float) -> Transition:
@@ -126,7 +194,7 @@ def _injected(m: ChaosMachine, node: Node, run: WorkflowRun, now: float) -> Tran
     if is_one_shot(tmpl):
         return _delete(node, {"injected": True})
     assert tmpl.duration is not None  # validated
-    until = now + run.draw(tmpl.duration)
+    until = now + run.duration(node)  # drawn, or rendered from a {{ }} string at start
     return Transition(
         P.HOLDING,
         [NotifyAt(E.NODE_HOLDING_AWAKE, until), observe(node.state["object"])],
@@ -136,6 +204,8 @@ def _injected(m: ChaosMachine, node: Node, run: WorkflowRun, now: float) -> Tran
 
 def on_created(m: ChaosMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
     tmpl = run.template(node)
+    if tmpl.chaos is not None and tmpl.chaos.action is not None:
+        return _named_created(run, node, tmpl)
     cluster, obj = chaos_object(run, node, tmpl)
     ref = ref_of(cluster, obj)
     return Transition(
@@ -148,6 +218,8 @@ def on_created(m: ChaosMachine, node: Node, ev: Event, run: WorkflowRun, now: fl
 def on_injected(m: ChaosMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
     if node.state.get("deleting") or node.state.get("injected"):
         return IGNORED
+    if "actor" in node.state:
+        return _named_injected(node, ev, run, now)
     obj = ev.payload if isinstance(ev.payload, dict) else {}
     failure = failure_of(obj)
     if failure:
@@ -215,6 +287,10 @@ def on_cleaned(m: ChaosMachine, node: Node, ev: Event, run: WorkflowRun, now: fl
 def on_action_failed(m: ChaosMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
     msg = str(ev.payload)
     if not node.state.get("deleting"):
+        if "actor" in node.state:
+            return finish(
+                False, f"chaos action {node.state['actor']['action']} failed: {msg}", "ChaosCreateFailed"
+            )
         return finish(False, f"creating chaos object failed: {msg}", "ChaosCreateFailed")
     attempts = int(node.state.get("deleteAttempts", 0))
     if attempts >= len(DELETE_RETRY_BACKOFF):
@@ -270,6 +346,8 @@ class ChaosMachine(NodeMachine):
     def resume(self, node: Node, run: WorkflowRun, now: float) -> list[Effect]:
         effects = super().resume(node, run, now)
         st = node.state
+        if "actor" in st:
+            return effects + _named_resume(node, run)
         ref = st.get("object")
         if ref is None:
             return effects
@@ -294,6 +372,12 @@ class ChaosMachine(NodeMachine):
                 return [(("chaos",), "Chaos template needs a chaos spec")]
             if tmpl.chaos.manifest is None and tmpl.chaos.action is None:
                 issues.append((("chaos",), "Chaos template needs chaos.manifest or chaos.action"))
+            if tmpl.chaos.action is not None:
+                if tmpl.chaos.manifest is not None:
+                    issues.append((("chaos",), "set either chaos.manifest or chaos.action, not both"))
+                issues += [
+                    (("chaos", *p), msg) for p, msg in validate_action(tmpl.chaos.action, tmpl.chaos.params)
+                ]
             man = tmpl.chaos.manifest
             if man is not None:
                 for f in ("apiVersion", "kind"):

@@ -1,5 +1,13 @@
 """Parallel: start all children at once; succeed when all succeed.
 
+With ``parallelism: N`` at most N children run at once; the others start in order as running
+ones succeed (a failure stops the running ones and starts no more).
+
+With ``endWith: [template, ...]`` the first child of one of those templates that succeeds ends the
+Parallel: the other active children are stopped (with cleanup; they end Succeed) and the Parallel
+succeeds once they ended (megatest's volume-main: the lifetime timer ends the checker and the
+attacher; the teardown ends the replica destroyer and creator).
+
 A failed child stops its running siblings (their chaos is cleaned up) and then fails the
 Parallel: fail-fast, never a silent success.
 
@@ -15,9 +23,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.phases import Event, NodePhase, Notify, Transition
+from engine.phases import Event, NodePhase, Notify, StopChildren, StopReason, StopRequest, Transition
 from engine.schedulers import ParallelScheduler
-from templates.base import IGNORED, CompositeMachine, E, P, create_children, finish, no_children_path
+from templates.base import (
+    IGNORED,
+    CompositeMachine,
+    E,
+    P,
+    create_children,
+    finish,
+    no_children_path,
+    stop_state,
+)
 
 if TYPE_CHECKING:
     from engine.model import Template
@@ -39,11 +56,30 @@ def on_child_succeed(m: ParallelMachine, node: Node, ev: Event, run: WorkflowRun
     stopped = m.after_stop_progress(node, run)
     if stopped is not None:
         return stopped
-    if run.active_children(node):
+    active = run.active_children(node)
+    end_with = run.template(node).endWith
+    if end_with:
+        ender = next(
+            (
+                c
+                for c in node.children
+                if run.nodes[c].template in end_with and run.nodes[c].phase is NodePhase.SUCCEED
+            ),
+            None,
+        )
+        if ender is not None:
+            if not active:
+                return finish(True, f"{ender} ended")
+            req = StopRequest(StopReason.PARENT_STOPPED, f"{ender} ended", succeed=True)
+            sib = StopRequest(StopReason.PARENT_STOPPED, f"sibling {ender} ended", succeed=True)
+            return Transition(None, [StopChildren(sib)], state=stop_state(req))
+    if active and not run.template(node).parallelism:
         return IGNORED
     more = ParallelScheduler.schedule_next(node, run)  # children held back by a parallelism limit
     if more:
         return Transition(None, [create_children(more)])
+    if active:
+        return IGNORED
     return finish(True)
 
 
@@ -69,4 +105,8 @@ class ParallelMachine(CompositeMachine):
 
     @staticmethod
     def validate(tmpl: Template) -> list[tuple[tuple[str | int, ...], str]]:
-        return no_children_path(tmpl)
+        issues = no_children_path(tmpl)
+        for i, name in enumerate(tmpl.endWith or []):
+            if name not in (tmpl.children or []):
+                issues.append((("endWith", i), f"endWith {name!r} is not one of the children"))
+        return issues

@@ -14,7 +14,12 @@ def _wf(end_with: list[str]) -> Workflow:
             "spec": {
                 "entry": "p",
                 "templates": [
-                    {"name": "p", "templateType": "Parallel", "children": ["short", "long"], "endWith": end_with},
+                    {
+                        "name": "p",
+                        "templateType": "Parallel",
+                        "children": ["short", "long"],
+                        "endWith": end_with,
+                    },
                     {"name": "short", "templateType": "Suspend", "duration": "10s"},
                     {"name": "long", "templateType": "Suspend", "duration": "1h"},
                 ],
