@@ -245,6 +245,18 @@ class CompositeMachine(NodeMachine):
         return effects
 
 
+def child_failed_fail_fast(m: Any, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    """ChildNodeFailed for kinds with children: while stopping, finish once none is active;
+    otherwise stop the other children (with cleanup) and fail — never a silent success."""
+    stopped = m.after_stop_progress(node, run)
+    if stopped is not None:
+        return stopped
+    failed = next((c for c in node.children if run.nodes[c].phase is P.FAILED), None)
+    if failed is None:
+        return IGNORED
+    return CompositeMachine.fail_fast(node, run, failed)
+
+
 def create_children(templates: list[str] | tuple[str, ...]) -> CreateChildren:
     return CreateChildren(tuple(templates))
 

@@ -30,6 +30,7 @@ from templates.base import (
     CompositeMachine,
     E,
     P,
+    child_failed_fail_fast,
     create_children,
     finish,
     no_children_path,
@@ -83,16 +84,6 @@ def on_child_succeed(m: ParallelMachine, node: Node, ev: Event, run: WorkflowRun
     return finish(True)
 
 
-def on_child_failed(m: ParallelMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
-    stopped = m.after_stop_progress(node, run)
-    if stopped is not None:
-        return stopped
-    failed = next((c for c in node.children if run.nodes[c].phase is NodePhase.FAILED), None)
-    if failed is None:
-        return IGNORED
-    return m.fail_fast(node, run, failed)
-
-
 class ParallelMachine(CompositeMachine):
     kind = "Parallel"
     phases = frozenset({P.INIT, P.WAITING_FOR_SCHEDULE, P.WAITING_FOR_CHILD, P.SUCCEED, P.FAILED})
@@ -100,7 +91,7 @@ class ParallelMachine(CompositeMachine):
         (P.INIT, E.NODE_CREATED): on_created,
         (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
-        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): on_child_failed,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): child_failed_fail_fast,
     }
 
     @staticmethod

@@ -17,9 +17,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from engine.phases import Event, NodePhase, Notify, Transition
+from engine.phases import Event, Notify, Transition
 from engine.schedulers import SerialScheduler
-from templates.base import IGNORED, CompositeMachine, E, P, create_children, finish, no_children_path
+from templates.base import (
+    IGNORED,
+    CompositeMachine,
+    E,
+    P,
+    child_failed_fail_fast,
+    create_children,
+    finish,
+    no_children_path,
+)
 
 if TYPE_CHECKING:
     from engine.model import Template
@@ -48,16 +57,6 @@ def on_child_succeed(m: SerialMachine, node: Node, ev: Event, run: WorkflowRun, 
     return finish(True)
 
 
-def on_child_failed(m: SerialMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
-    stopped = m.after_stop_progress(node, run)
-    if stopped is not None:
-        return stopped
-    failed = next((c for c in node.children if run.nodes[c].phase is NodePhase.FAILED), None)
-    if failed is None:
-        return IGNORED
-    return m.fail_fast(node, run, failed)
-
-
 class SerialMachine(CompositeMachine):
     kind = "Serial"
     phases = frozenset({P.INIT, P.WAITING_FOR_SCHEDULE, P.WAITING_FOR_CHILD, P.SUCCEED, P.FAILED})
@@ -65,7 +64,7 @@ class SerialMachine(CompositeMachine):
         (P.INIT, E.NODE_CREATED): on_created,
         (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
-        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): on_child_failed,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): child_failed_fail_fast,
     }
 
     @staticmethod

@@ -28,7 +28,7 @@ from engine.expr import ExprError, check_syntax
 from engine.phases import Effect, Event, Notify, Transition
 from engine.render import evaluate_bool
 from engine.schedulers import TaskScheduler
-from templates.base import IGNORED, CompositeMachine, E, P, create_children, finish
+from templates.base import IGNORED, CompositeMachine, E, P, child_failed_fail_fast, create_children, finish
 from templates.loop import loop_context
 
 if TYPE_CHECKING:
@@ -140,16 +140,6 @@ def on_child_succeed(m: SwitchMachine, node: Node, ev: Event, run: WorkflowRun, 
     return finish(True)
 
 
-def on_child_failed(m: SwitchMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
-    stopped = m.after_stop_progress(node, run)
-    if stopped is not None:
-        return stopped
-    failed = next((c for c in node.children if run.nodes[c].phase is P.FAILED), None)
-    if failed is None:
-        return IGNORED
-    return m.fail_fast(node, run, failed)
-
-
 class SwitchMachine(CompositeMachine):
     kind = "Switch"
     phases = frozenset(
@@ -160,7 +150,7 @@ class SwitchMachine(CompositeMachine):
         (P.EVALUATING, E.NODE_EVALUATE): on_evaluate,
         (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
-        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): on_child_failed,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): child_failed_fail_fast,
     }
 
     def resume(self, node: Node, run: WorkflowRun, now: float) -> list[Effect]:

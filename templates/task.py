@@ -41,7 +41,16 @@ from engine.model import LABEL_NODE, LABEL_TEMPLATE, LABEL_WORKFLOW
 from engine.phases import Act, Effect, Event, Notify, Observe, StopRequest, Transition
 from engine.render import rendered
 from engine.schedulers import TaskScheduler
-from templates.base import IGNORED, CompositeMachine, E, P, create_children, finish, finish_stopped
+from templates.base import (
+    IGNORED,
+    CompositeMachine,
+    E,
+    P,
+    child_failed_fail_fast,
+    create_children,
+    finish,
+    finish_stopped,
+)
 
 if TYPE_CHECKING:
     from engine.model import Template
@@ -264,16 +273,6 @@ def on_child_succeed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, no
     return finish(True)
 
 
-def on_child_failed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
-    stopped = m.after_stop_progress(node, run)
-    if stopped is not None:
-        return stopped
-    failed = next((c for c in node.children if run.nodes[c].phase is P.FAILED), None)
-    if failed is None:
-        return IGNORED
-    return m.fail_fast(node, run, failed)
-
-
 def on_action_failed(m: TaskMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
     what = "task pod" if node.state.get("configCreated") else "task workflow ConfigMap"
     tr = finish(False, f"{what}: {ev.payload}", "TaskPodFailed")
@@ -298,7 +297,7 @@ class TaskMachine(CompositeMachine):
         (P.EVALUATING, E.NODE_EVALUATE): on_evaluate,
         (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
-        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): on_child_failed,
+        (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): child_failed_fail_fast,
     }
 
     def holds_slot(self, node: Node) -> bool:
