@@ -52,3 +52,34 @@ def add_child(run: WorkflowRun, parent: Node, template: str, phase: str) -> Node
     run.nodes[child.name] = child
     parent.children.append(child.name)
     return child
+
+
+def by_template(run: WorkflowRun, name: str) -> list[Node]:
+    """The nodes of one template, in creation order."""
+    return [n for n in run.nodes.values() if n.template == name]
+
+
+def took(run: WorkflowRun) -> float:
+    """The run's duration on its clock."""
+    assert run.start_time is not None and run.finish_time is not None
+    return run.finish_time - run.start_time
+
+
+def net(name: str, duration: Any = "20s", **extra: Any) -> dict[str, Any]:
+    """A NetworkChaos template against the default world's app=web pods."""
+    return {
+        "name": name,
+        "templateType": "NetworkChaos",
+        "duration": duration,
+        "networkChaos": {
+            "action": "delay",
+            "mode": "all",
+            "selector": {"labelSelectors": {"app": "web"}},
+            "delay": {"latency": "10ms"},
+        },
+        **extra,
+    }
+
+
+def suspend(name: str, duration: Any, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "templateType": "Suspend", "duration": duration, **extra}

@@ -14,46 +14,15 @@ chaos-mesh GitHub issues. Related coverage elsewhere, not duplicated here:
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from engine.errors import ValidationFailed
 from engine.loader import load_workflows_text
 from engine.phases import NodePhase
-from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import by_template, net, suspend, took, workflow
 from tests.sim.conftest import Sim, make_sim
 
 P = NodePhase
-
-
-def by_template(run: WorkflowRun, name: str) -> list[Node]:
-    return [n for n in run.nodes.values() if n.template == name]
-
-
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
-
-
-def net(name: str, duration: str = "20s", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {
-            "action": "delay",
-            "mode": "all",
-            "selector": {"labelSelectors": {"app": "web"}},
-            "delay": {"latency": "10ms"},
-        },
-        **extra,
-    }
-
-
-def suspend(name: str, duration: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration, **extra}
 
 
 def chaos_mesh_doc(templates: str) -> str:

@@ -14,7 +14,7 @@ from actors.chaos_registry import ChaosContext, ObjectRef, register_chaos_actor,
 from engine.loader import load_workflow_file
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import took, workflow
 from tests.sim.conftest import Sim, make_sim
 from tests.sim.test_statuscheck import resume_elsewhere
 
@@ -69,11 +69,6 @@ def cm_chaos() -> Iterator[ConfigMapChaos]:
 def only(run: WorkflowRun, template: str) -> Node:
     (n,) = [n for n in run.nodes.values() if n.template == template]
     return n
-
-
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
 
 
 def cm_chaos_tmpl(

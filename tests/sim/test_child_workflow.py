@@ -10,7 +10,7 @@ import pytest
 from engine.loader import load_workflow_file
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import net, suspend, took, workflow
 from tests.sim.conftest import Sim, make_sim
 from tests.sim.test_statuscheck import resume_elsewhere
 
@@ -23,26 +23,8 @@ def only(run: WorkflowRun, template: str) -> Node:
     return n
 
 
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
-
-
 def child(name: str, source: str = "body", **extra: Any) -> dict[str, Any]:
     return {"name": name, "templateType": "Workflow", "workflow": {"from": source, **extra}}
-
-
-def net(name: str, duration: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {"action": "delay", "mode": "all", "selector": {"labelSelectors": {"app": "web"}}},
-    }
-
-
-def suspend(name: str, duration: str) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration}
 
 
 def children_of(sim: Sim, run: WorkflowRun) -> list[WorkflowRun]:

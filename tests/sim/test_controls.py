@@ -17,7 +17,7 @@ import pytest
 
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import net, workflow
 from tests.sim.conftest import Sim
 from tests.sim.test_cli_run import chaosflow
 
@@ -40,15 +40,6 @@ def suspend(name: str, duration: str | None = None, **extra: Any) -> dict[str, A
     if duration is not None:
         d["duration"] = duration
     return d
-
-
-def net(name: str, duration: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {"action": "delay", "mode": "all", "selector": {"labelSelectors": {"app": "web"}}},
-    }
 
 
 # --- in the engine (virtual clock) ----------------------------------------------------------------------

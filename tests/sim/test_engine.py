@@ -7,46 +7,16 @@ expression errors, ...) are in ``test_chaos_mesh_regressions.py``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine.loader import load_workflow_file
 from engine.phases import NodePhase
-from engine.runtime import WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import by_template, net, suspend, took, workflow
 from tests.sim.conftest import Sim, make_sim
 
 ROOT = Path(__file__).resolve().parents[2]
 P = NodePhase
-
-
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
-
-
-def by_template(run: WorkflowRun, name: str) -> list[Any]:
-    return [n for n in run.nodes.values() if n.template == name]
-
-
-def net(name: str, duration: str = "20s", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {
-            "action": "delay",
-            "mode": "all",
-            "selector": {"labelSelectors": {"app": "web"}},
-            "delay": {"latency": "10ms"},
-        },
-        **extra,
-    }
-
-
-def suspend(name: str, duration: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration, **extra}
 
 
 # Sim chaos controller latency: injection and recovery each take 0.1 virtual seconds.

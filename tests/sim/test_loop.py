@@ -13,7 +13,7 @@ from engine.phases import NodePhase
 from engine.runner import RunOptions, build_sim_env
 from engine.runtime import Node, WorkflowRun
 from engine.store import SQLiteStore
-from tests.helpers import workflow
+from tests.helpers import net, suspend, took, workflow
 from tests.sim.conftest import Sim, make_sim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,18 +29,9 @@ def node_of(run: WorkflowRun, template: str) -> Node:
     return n
 
 
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
-
-
 def loop(name: str, child: str, **spec: Any) -> dict[str, Any]:
     extra = {k: spec.pop(k) for k in ("deadline", "onDeadline") if k in spec}
     return {"name": name, "templateType": "Loop", "loop": {"child": child, **spec}, **extra}
-
-
-def suspend(name: str, duration: Any) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration}
 
 
 def cm_chaos(name: str, duration: str = "10s") -> dict[str, Any]:
@@ -50,20 +41,6 @@ def cm_chaos(name: str, duration: str = "10s") -> dict[str, Any]:
         "templateType": "Chaos",
         "duration": duration,
         "chaos": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"chaos": "yes"}}},
-    }
-
-
-def net(name: str, duration: str = "20s") -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {
-            "action": "delay",
-            "mode": "all",
-            "selector": {"labelSelectors": {"app": "web"}},
-            "delay": {"latency": "10ms"},
-        },
     }
 
 

@@ -10,24 +10,16 @@ import pytest
 
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import by_template, net, suspend, workflow
 from tests.sim.conftest import Sim
 
 P = NodePhase
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def by_template(run: WorkflowRun, name: str) -> list[Node]:
-    return [n for n in run.nodes.values() if n.template == name]
-
-
 def one(run: WorkflowRun, name: str) -> Node:
     (n,) = by_template(run, name)
     return n
-
-
-def suspend(name: str, duration: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration, **extra}
 
 
 def echo(name: str, text: str, **extra: Any) -> dict[str, Any]:
@@ -45,16 +37,6 @@ def fail(name: str, code: int = 3, **extra: Any) -> dict[str, Any]:
         "name": name,
         "templateType": "Task",
         "task": {"container": {"image": "busybox", "command": cmd}},
-        **extra,
-    }
-
-
-def net(name: str, duration: str = "1h", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {"action": "delay", "mode": "all", "selector": {"labelSelectors": {"app": "web"}}},
         **extra,
     }
 

@@ -7,14 +7,10 @@ from typing import Any
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
 from templates import MACHINES
-from tests.helpers import workflow
+from tests.helpers import suspend, workflow
 from tests.sim.conftest import Sim, make_sim
 
 P = NodePhase
-
-
-def suspend(name: str, duration: str) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration}
 
 
 def max_running(sim: Sim, run: WorkflowRun, pred: Any) -> list[int]:

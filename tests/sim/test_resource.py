@@ -48,10 +48,6 @@ def pod(name: str, command: list[str]) -> dict[str, Any]:
     }
 
 
-def suspend(name: str, duration: str) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration}
-
-
 def serial(name: str, *children: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "templateType": "Serial", "children": list(children), **extra}
 

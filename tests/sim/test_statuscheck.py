@@ -14,7 +14,7 @@ from engine.loader import load_workflow_file
 from engine.manager import WorkflowManager
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun, run_from_record, run_to_record
-from tests.helpers import workflow
+from tests.helpers import net, took, workflow
 from tests.sim.conftest import Sim, make_sim
 from triggers.operable import OperableTrigger
 
@@ -26,11 +26,6 @@ STATUS = "sim.chaosflow.io/http-status"
 def only(run: WorkflowRun, template: str) -> Node:
     (n,) = [n for n in run.nodes.values() if n.template == template]
     return n
-
-
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
 
 
 def service(sim: Sim, name: str, status: str | None = None, selector: dict[str, str] | None = None) -> None:
@@ -61,15 +56,6 @@ def http_check(name: str = "sc", url: str = "http://web.default.svc/healthz", **
         "templateType": "StatusCheck",
         "statusCheck": {"type": "HTTP", "http": {"url": url}, **sc},
         **tmpl,
-    }
-
-
-def net(name: str, duration: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {"action": "delay", "mode": "all", "selector": {"labelSelectors": {"app": "web"}}},
     }
 
 

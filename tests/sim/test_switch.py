@@ -12,7 +12,7 @@ import pytest
 from engine.loader import load_workflow_file
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import net, suspend, took, workflow
 from tests.sim.conftest import Sim, make_sim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,18 +28,9 @@ def node_of(run: WorkflowRun, template: str) -> Node:
     return n
 
 
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
-
-
 def switch(name: str, **spec: Any) -> dict[str, Any]:
     extra = {k: spec.pop(k) for k in ("deadline", "onDeadline") if k in spec}
     return {"name": name, "templateType": "Switch", "switch": spec, **extra}
-
-
-def suspend(name: str, duration: Any) -> dict[str, Any]:
-    return {"name": name, "templateType": "Suspend", "duration": duration}
 
 
 def cm_chaos(name: str, duration: str = "10s", **extra: Any) -> dict[str, Any]:
@@ -48,21 +39,6 @@ def cm_chaos(name: str, duration: str = "10s", **extra: Any) -> dict[str, Any]:
         "templateType": "Chaos",
         "duration": duration,
         "chaos": {"manifest": {"apiVersion": "v1", "kind": "ConfigMap", "data": {"chaos": name}}},
-        **extra,
-    }
-
-
-def net(name: str, duration: str = "20s", **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "templateType": "NetworkChaos",
-        "duration": duration,
-        "networkChaos": {
-            "action": "delay",
-            "mode": "all",
-            "selector": {"labelSelectors": {"app": "web"}},
-            "delay": {"latency": "10ms"},
-        },
         **extra,
     }
 

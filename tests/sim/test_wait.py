@@ -9,7 +9,7 @@ import pytest
 
 from engine.loader import load_workflow_file
 from engine.runtime import Node, WorkflowRun
-from tests.helpers import workflow
+from tests.helpers import took, workflow
 from tests.sim.conftest import Sim
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -18,11 +18,6 @@ ROOT = Path(__file__).resolve().parents[2]
 def node_of(run: WorkflowRun, template: str) -> Node:
     (n,) = [n for n in run.nodes.values() if n.template == template]
     return n
-
-
-def took(run: WorkflowRun) -> float:
-    assert run.start_time is not None and run.finish_time is not None
-    return run.finish_time - run.start_time
 
 
 def wait(name: str, condition: str, objects: dict[str, Any], **extra: Any) -> dict[str, Any]:
