@@ -109,7 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
         "resume",
         help="continue a run from its SQLite state after a crash",
         description="Continue the run stored in STATE (see `run --state`): every unfinished node picks up "
-        "from its stored status; chaos objects are cleaned up as the workflow ends.",
+        "from its stored status; chaos objects are cleaned up as the workflow ends. Controls queued "
+        "while no engine ran (`chaosflow stop STATE`, ...) are applied. To continue a *suspended* "
+        "workflow or approve a manual step of a running one, use `chaosflow unsuspend STATE`.",
     )
     p.add_argument("state", metavar="STATE")
     _add_metrics_flags(p)

@@ -4,7 +4,8 @@ A ``chaosflow run --state DB`` (real-time or virtual clock) can be controlled wi
 ``chaosflow stop|terminate|suspend|unsuspend DB``. The command writes a row into the ``controls``
 table of the SQLite state; the running engine polls that table once per engine tick (at most every
 :data:`POLL_INTERVAL` seconds of wall time), applies each pending control at that tick and writes
-the result back, which the command waits for and prints. Without a running engine the control
+the result back once a checkpoint holds what the control did (so an applied control survives a
+crash); the command waits for that and prints it. Without a running engine the control
 stays queued and is applied when the run continues (``chaosflow resume DB``).
 
 The running engine keeps a heartbeat in the state (meta ``engine``: pid, host, wall time), so the
@@ -114,6 +115,11 @@ class ControlPoller:
         self._last_beat = -1e9
         self._waiting_said = False
         self.applied: list[tuple[Control, bool, str]] = []
+        # applied, not yet reported: a control is reported applied only once a checkpoint holds
+        # what it did (after the engine tick that processed its events), so a crash cannot lose it
+        self._unconfirmed: list[tuple[Control, bool, str]] = []
+        self._calls = 0
+        self._confirm_at = 0
 
     def attach(self) -> ControlPoller:
         self.manager.tick_hooks.append(self.tick)
@@ -122,6 +128,8 @@ class ControlPoller:
         return self
 
     def detach(self) -> None:
+        if self._unconfirmed:
+            self._confirm()
         if self.tick in self.manager.tick_hooks:
             self.manager.tick_hooks.remove(self.tick)
         if self.manager.idle_hook == self.idle:
@@ -137,6 +145,9 @@ class ControlPoller:
             )
 
     def tick(self) -> None:
+        self._calls += 1
+        if self._unconfirmed and self._calls >= self._confirm_at:
+            self._confirm()
         now = time.monotonic()
         if now - self._last_poll < POLL_INTERVAL:
             return
@@ -145,16 +156,26 @@ class ControlPoller:
         self.poll()
         self.store.flush_due()
 
-    def poll(self) -> int:
-        """Apply every pending control; returns how many were applied."""
-        pending = self.store.pending_controls()
+    def poll(self, lag: int = 1) -> int:
+        """Apply every pending control; returns how many were applied. They are reported to the
+        commands ``lag`` engine ticks later, after a checkpoint (:meth:`_confirm`)."""
+        seen = {c.id for c, _, _ in self._unconfirmed}
+        pending = [c for c in self.store.pending_controls() if c.id not in seen]
         for c in pending:
             ok, result = apply_control(self.manager, c)
-            self.store.finish_control(c.id, ok, result)
+            self._unconfirmed.append((c, ok, result))
             self.applied.append((c, ok, result))
         if pending:
             self._waiting_said = False
+            self._confirm_at = self._calls + lag
         return len(pending)
+
+    def _confirm(self) -> None:
+        self.manager.flush()
+        self.store.flush()  # a checkpoint now, whatever the throttle says
+        for c, ok, result in self._unconfirmed:
+            self.store.finish_control(c.id, ok, result)
+        self._unconfirmed.clear()
 
     def idle(self) -> bool:
         """Nothing to do on the virtual clock: wait for a control while a workflow waits for one."""
@@ -167,7 +188,7 @@ class ControlPoller:
         time.sleep(self.idle_sleep)
         self.beat()
         self._last_poll = time.monotonic()
-        self.poll()
+        self.poll(lag=2)  # the events it caused run in the next tick; confirm after that one
         return True
 
     def _waiting_for(self) -> str:

@@ -232,7 +232,10 @@ def start_node(run: WorkflowRun, node: Node, parameters: bool, fields: tuple[str
     Raises :class:`StartError` with a message naming the parameter or field.
     """
     tmpl = run.template(node)
-    env = node_env(run, node)
+    texts = _strings(tmpl.parameters if parameters else None, [])
+    for path in fields:
+        _strings(template_field(tmpl, path), texts)
+    env = node_env(run, node, only=referenced_nodes("\n".join(texts)))
     visible: dict[str, Any] = env["inputs"]["parameters"]
     out: dict[str, Any] = {}
     if parameters and tmpl.parameters:

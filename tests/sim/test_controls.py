@@ -387,3 +387,33 @@ def test_stop_of_a_suspended_workflow_still_runs_exit_handlers(sim: Sim) -> None
     assert all(one(run, t).phase is P.SUCCEED for t in ("x1", "x2", "wf-exit"))  # cleanup is never held
     assert rel(run, run.finish_time) == pytest.approx(20.1 + 10 + 5, abs=0.01)
     assert sim.chaos_objects() == []
+
+
+def test_a_control_is_reported_applied_only_once_a_checkpoint_holds_its_effect(tmp_path: Path) -> None:
+    from engine.control import ControlPoller
+    from engine.runner import RunOptions, build_sim_env
+    from engine.store import SQLiteStore
+
+    path = tmp_path / "s.sqlite"
+    # throttled checkpoints never come due: only the poller's confirmation writes the state
+    env = build_sim_env(RunOptions(state=str(path), checkpoint_interval=1e9, progress=False), 0)
+    env.world.load_world_file(None)
+    wf = workflow(
+        [
+            {"name": "s", "templateType": "Serial", "children": ["approve", "after"]},
+            suspend("approve", manual=True),
+            suspend("after", "1h"),
+        ]
+    )
+    run = env.manager.submit(wf)
+    assert env.store is not None
+    ControlPoller(env.manager, env.store).attach()
+    env.manager.run(until=lambda: "approve-1" in run.nodes and run.nodes["approve-1"].phase is P.HOLDING)
+    other = SQLiteStore(path)  # "another process"
+    cid = other.add_control(run.key, "unsuspend", "approve", None)
+    env.manager.run(until=lambda: other.control_result(cid) is not None)
+    assert other.control_result(cid) == (True, "approve-1 resumed")
+    (record,) = other._db.execute("SELECT record FROM workflows").fetchone()
+    phases = {n["name"]: n["phase"] for n in json.loads(record)["nodes"]}
+    assert phases["approve-1"] == "Succeed"  # durable before it was reported
+    other.close()

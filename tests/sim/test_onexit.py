@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -285,13 +286,21 @@ def test_onexit_retry_example_succeeds() -> None:
     assert [n for n in run.nodes.values() if "exitFor" in n.state]
 
 
+@functools.cache
+def _uninterrupted(example: str) -> Any:
+    from tests.sim.test_cli_run import chaosflow
+
+    reference = chaosflow("run", example, "-o", "json")
+    assert reference.returncode == 0, reference.stderr
+    return json.loads(reference.stdout)
+
+
 @pytest.mark.parametrize("crash_after", [15, 40, 63])
 def test_crash_during_retries_and_exit_handlers_then_resume(tmp_path: Path, crash_after: int) -> None:
     from tests.sim.test_cli_run import chaosflow
 
     example = str(ROOT / "examples" / "onexit-retry.yaml")
-    reference = chaosflow("run", example, "-o", "json")
-    assert reference.returncode == 0, reference.stderr
+    reference = _uninterrupted(example)
     state = tmp_path / "run.sqlite"
     crashed = chaosflow(
         "run", example, "-o", "json", "--state", str(state), "--checkpoint", "0",
@@ -300,4 +309,4 @@ def test_crash_during_retries_and_exit_handlers_then_resume(tmp_path: Path, cras
     assert crashed.returncode == 137, crashed.stderr
     resumed = chaosflow("resume", str(state), "-o", "json")
     assert resumed.returncode == 0, resumed.stderr
-    assert json.loads(resumed.stdout) == json.loads(reference.stdout)
+    assert json.loads(resumed.stdout) == reference
