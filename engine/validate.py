@@ -112,6 +112,27 @@ def _targets_of_raw(t: dict[str, Any]) -> list[tuple[Path, str]]:
     return out
 
 
+def reachable_without_deadline(wf: Workflow, follow_exit_handlers: bool = True) -> list[str]:
+    """Templates reachable from the entry along a path on which no template sets a deadline
+    (in document order); empty when the workflow itself has a deadline. Validation uses it to
+    reject nodes that could run forever (unbounded Loops, Continuous StatusChecks)."""
+    if wf.spec.deadline is not None:
+        return []
+    templates = wf.template_map()
+    seen: set[str] = set()
+    stack = [wf.spec.entry]
+    while stack:
+        name = stack.pop()
+        t = templates.get(name)
+        if t is None or name in seen or t.deadline is not None:
+            continue
+        seen.add(name)
+        stack.extend(
+            target for rel, target in _targets_of_model(t) if follow_exit_handlers or rel[:1] != ("onExit",)
+        )
+    return [t.name for t in wf.spec.templates if t.name in seen]
+
+
 def structure_issues(
     entry: Any, items: list[_T], filename: str, base: Path = (), on_exit: Any = None
 ) -> list[ValidationIssue]:

@@ -245,6 +245,11 @@ class CompositeMachine(NodeMachine):
         return effects
 
 
+def created_then_pick(m: Any, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
+    """NodeCreated of Serial and Parallel (the seed's table): -> WaitingForSchedule, pick a child."""
+    return Transition(P.WAITING_FOR_SCHEDULE, [Notify(E.NODE_PICK_CHILD_TO_SCHEDULE)])
+
+
 def child_failed_fail_fast(m: Any, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
     """ChildNodeFailed for kinds with children: while stopping, finish once none is active;
     otherwise stop the other children (with cleanup) and fail — never a silent success."""

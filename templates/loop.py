@@ -333,25 +333,13 @@ def unbounded_loop_issues(wf: Workflow) -> list[tuple[tuple[str | int, ...], str
 
     Returns (path from the document root, message) pairs.
     """
-    if wf.spec.deadline is not None:
-        return []
-    from engine.validate import _targets_of_model
+    from engine.validate import reachable_without_deadline
 
     templates = wf.template_map()
     index = {t.name: i for i, t in enumerate(wf.spec.templates)}
-    # templates reachable from the entry along a path where no template has a deadline
-    seen: set[str] = set()
-    stack = [wf.spec.entry]
-    while stack:
-        name = stack.pop()
-        t = templates.get(name)
-        if t is None or name in seen or t.deadline is not None:
-            continue
-        seen.add(name)
-        # exit handlers are bounded by the workflow's onExitDeadline when they set no deadline
-        stack.extend(target for rel, target in _targets_of_model(t) if rel[:1] != ("onExit",))
+    # exit handlers are bounded by the workflow's onExitDeadline when they set no deadline
     issues: list[tuple[tuple[str | int, ...], str]] = []
-    for name in sorted(seen, key=lambda n: index[n]):
+    for name in reachable_without_deadline(wf, follow_exit_handlers=False):
         t = templates[name]
         if t.templateType != "Loop" or t.loop is None or _bounded(t.loop):
             continue

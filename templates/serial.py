@@ -26,6 +26,7 @@ from templates.base import (
     P,
     child_failed_fail_fast,
     create_children,
+    created_then_pick,
     finish,
     no_children_path,
 )
@@ -33,10 +34,6 @@ from templates.base import (
 if TYPE_CHECKING:
     from engine.model import Template
     from engine.runtime import Node, WorkflowRun
-
-
-def on_created(m: SerialMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
-    return Transition(P.WAITING_FOR_SCHEDULE, [Notify(E.NODE_PICK_CHILD_TO_SCHEDULE)])
 
 
 def on_pick(m: SerialMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
@@ -61,7 +58,7 @@ class SerialMachine(CompositeMachine):
     kind = "Serial"
     phases = frozenset({P.INIT, P.WAITING_FOR_SCHEDULE, P.WAITING_FOR_CHILD, P.SUCCEED, P.FAILED})
     table = {
-        (P.INIT, E.NODE_CREATED): on_created,
+        (P.INIT, E.NODE_CREATED): created_then_pick,
         (P.WAITING_FOR_SCHEDULE, E.NODE_PICK_CHILD_TO_SCHEDULE): on_pick,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_SUCCEED): on_child_succeed,
         (P.WAITING_FOR_CHILD, E.CHILD_NODE_FAILED): child_failed_fail_fast,

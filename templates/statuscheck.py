@@ -493,23 +493,12 @@ class StatusCheckMachine(NodeMachine):
 def unbounded_check_issues(wf: Workflow) -> list[tuple[tuple[str | int, ...], str]]:
     """Continuous checks that may never end: no duration and no deadline on the check, on every
     template on some path from the entry to it, or on the workflow. (path, message) pairs."""
-    if wf.spec.deadline is not None:
-        return []
-    from engine.validate import _targets_of_model
+    from engine.validate import reachable_without_deadline
 
     templates = wf.template_map()
     index = {t.name: i for i, t in enumerate(wf.spec.templates)}
-    seen: set[str] = set()
-    stack = [wf.spec.entry]
-    while stack:
-        name = stack.pop()
-        t = templates.get(name)
-        if t is None or name in seen or t.deadline is not None:
-            continue
-        seen.add(name)
-        stack.extend(target for _, target in _targets_of_model(t))
     issues: list[tuple[tuple[str | int, ...], str]] = []
-    for name in sorted(seen, key=lambda n: index[n]):
+    for name in reachable_without_deadline(wf):
         sc = templates[name].statusCheck
         if templates[name].templateType != "StatusCheck" or sc is None:
             continue
