@@ -83,16 +83,23 @@ def test_split_brain_bug_on_a_minority_replica_leaves_the_volume_degraded() -> N
 
 
 def test_replica_not_recreated() -> None:
+    """Without a replacement the controller never releases the deleted replica (its deletion hangs
+    with the controller's finalizer; it keeps running and voting): the volume shows the missing
+    replica in Scheduled, not in its quorum."""
     env = make_env(bugs={"replica_not_recreated": True})
     env.create_rv("v")
     env.delete(A.RVR, "v-0")
     env.advance(600)
-    assert len(env.replicas("v")) == 2
-    assert env.rv_state("v") == ("True", "IOReady", "True", A.R_QUORUM_DEGRADED)
+    assert len(env.replicas("v")) == 3
+    held = env.get(A.RVR, "v-0")
+    assert held is not None and "deletionTimestamp" in held["metadata"]
+    assert A.CONTROLLER_FINALIZER in held["metadata"]["finalizers"]
+    assert env.rv_state("v")[:3] == ("True", "IOReady", "True")
     assert env.cond(A.RV, "v", A.COND_SCHEDULED) == ("False", A.R_NOT_SCHEDULED)
-    # fixing the controller heals the volume
+    # fixing the controller heals the volume: a replacement syncs, then the deleted replica goes
     env.m.set_bugs(replica_not_recreated=False)
-    env.wait(lambda: env.healthy("v"), timeout=120)
+    env.wait(lambda: env.get(A.RVR, "v-0") is None and env.healthy("v"), timeout=120)
+    assert len(env.replicas("v")) == 3
 
 
 def test_attach_stuck() -> None:

@@ -86,8 +86,9 @@ def test_same_seed_same_world() -> None:
 
 
 def test_checker_catches_split_brain_bug_under_chaos() -> None:
+    """(Seed 2: a split-brain hits volumes that are still alive at the end of the run.)"""
     env = make_env(bugs={"quorum_not_regained_after_split_brain": True})
-    run, checker = chaos.run(env, seed=3, seconds=1800)
+    run, checker = chaos.run(env, seed=2, seconds=1800)
     assert run.actions.get("split-brain", 0) > 0
     env.advance(900)
     live = live_volumes(env)

@@ -109,18 +109,25 @@ def test_missing_storage_class_waits(env: Env) -> None:
 def test_user_replicas_are_scheduled_and_tiebreaker_votes(env: Env) -> None:
     env.create_rv("rv-u", "sim-r3")
     used = set(env.replica_nodes("rv-u"))
-    env.create_rvr("rv-u", "rv-u-5", A.TIEBREAKER)
     env.create_rvr("rv-u", "rv-u-6", A.ACCESS)
     env.wait(
         lambda: (
-            all(A.condition_true(r, "Ready") for r in env.replicas("rv-u")) and len(env.replicas("rv-u")) == 5
+            all(A.condition_true(r, "Ready") for r in env.replicas("rv-u")) and len(env.replicas("rv-u")) == 4
         )
     )
     nodes = env.replica_nodes("rv-u", None)
-    assert len(set(nodes)) == 5 and used < set(nodes)
+    assert len(set(nodes)) == 4 and used < set(nodes)
     assert env.rv_state("rv-u") == ("True", "IOReady", "True", "QuorumReached")
+    # a TieBreaker beyond the layout (3 Diskful need none: it would make the voters even) is deleted
+    # by the controller (rvr-tie-breaker-count) before it is even scheduled
+    env.create_rvr("rv-u", "rv-u-5", A.TIEBREAKER)
+    env.wait(lambda: env.get(A.RVR, "rv-u-5") is None, timeout=10)
     q = env.m.condition(A.RV, "rv-u", A.COND_QUORUM)
-    assert q is not None and q["message"] == "4/4 voting replicas connected"  # the TieBreaker votes
+    assert q is not None and q["message"] == "3/3 voting replicas connected"
+    # the layout's TieBreaker (Availability: 2 Diskful + 1 TieBreaker) votes
+    env.create_rv("rv-t", "sim-r2")
+    q = env.m.condition(A.RV, "rv-t", A.COND_QUORUM)
+    assert q is not None and q["message"] == "3/3 voting replicas connected"
     # a replica on a node that already has one is not scheduled
     busy = env.replica_nodes("rv-u")[0]
     env.create_rvr("rv-u", "rv-u-7", A.ACCESS, node=busy)
@@ -139,25 +146,29 @@ def test_no_eligible_node_for_a_user_replica(env: Env) -> None:
     assert env.cond(A.RVR, "rv-full-9", A.COND_SCHEDULED) == ("False", A.R_NO_AVAILABLE_NODES)
 
 
-def test_replica_deletion_degrades_and_is_recreated(env: Env) -> None:
+def test_replica_deletion_is_replaced_before_it_goes(env: Env) -> None:
+    """A deleted replica keeps running (and voting) until its replacement is UpToDate: the controller
+    releases its finalizer only then (rvr-finalizer-release); the replacement goes to another node."""
     env.create_rv("rv-d", "sim-r3")
     before = env.replica_nodes("rv-d")
+    deleted_node = env.get(A.RVR, "rv-d-1")["spec"]["nodeName"]  # type: ignore[index]
     t_del = env.now
     env.delete(A.RVR, "rv-d-1")
-    env.wait(lambda: env.get(A.RVR, "rv-d-1") is None, timeout=10)
-    env.wait(lambda: env.rv_state("rv-d")[3] == A.R_QUORUM_DEGRADED, timeout=10)
-    assert env.rv_state("rv-d")[:3] == ("True", "IOReady", "True")  # 2 of 3 keep quorum
+    env.advance(10)
+    held = env.get(A.RVR, "rv-d-1")
+    assert held is not None and "deletionTimestamp" in held["metadata"]
+    assert held["metadata"]["finalizers"] == [A.AGENT_FINALIZER, A.CONTROLLER_FINALIZER]
+    assert env.healthy("rv-d")  # still 3 of 3 voting replicas
     assert env.cond(A.RV, "rv-d", A.COND_SCHEDULED) == ("False", A.R_NOT_SCHEDULED)
-    took = env.wait(lambda: env.healthy("rv-d"), timeout=120)
+    assert env.get(A.RV, "rv-d")["status"]["diskfulReplicaCount"] == "2/3"  # type: ignore[index]
+    took = env.wait(lambda: env.get(A.RVR, "rv-d-1") is None, timeout=120)
     recreate = env.m.spec.timing.recreate_delay
     assert recreate <= env.now - t_del <= recreate + 10, took
+    assert env.healthy("rv-d")
     after = env.replica_nodes("rv-d")
     assert len(after) == 3 and len(set(after)) == 3
-    assert set(before) != set(after) or sorted(r["metadata"]["name"] for r in env.replicas("rv-d")) == [
-        "rv-d-0",
-        "rv-d-1",
-        "rv-d-2",
-    ]
+    assert deleted_node not in after and set(before) - {deleted_node} < set(after)
+    assert sorted(r["metadata"]["name"] for r in env.replicas("rv-d")) == ["rv-d-0", "rv-d-2", "rv-d-3"]
 
 
 def test_new_replica_of_a_written_volume_needs_a_full_sync(env: Env) -> None:
@@ -167,18 +178,20 @@ def test_new_replica_of_a_written_volume_needs_a_full_sync(env: Env) -> None:
     env.delete(A.RVR, "rv-s-2")
     env.wait(
         lambda: any(
-            r["metadata"]["name"] == "rv-s-2"
+            r["metadata"]["name"] == "rv-s-3"
             and (r.get("status") or {}).get("drbd", {}).get("diskState") == A.INCONSISTENT
             for r in env.replicas("rv-s")
         ),
         timeout=120,
     )
-    assert env.cond(A.RVR, "rv-s-2", A.COND_IN_SYNC) == ("False", A.INCONSISTENT)
+    assert env.cond(A.RVR, "rv-s-3", A.COND_IN_SYNC) == ("False", A.INCONSISTENT)
     assert env.get(A.RV, "rv-s")["status"]["diskfulReplicaCount"] == "2/3"  # type: ignore[index]
+    assert env.get(A.RVR, "rv-s-2") is not None  # held until the replacement synced
     took = env.wait(
-        lambda: env.healthy("rv-s") and env.get(A.RV, "rv-s")["status"]["diskfulReplicaCount"] == "3/3"
-    )  # type: ignore[index]
+        lambda: env.healthy("rv-s") and env.get(A.RV, "rv-s")["status"]["diskfulReplicaCount"] == "3/3"  # type: ignore[index]
+    )
     assert took >= env.m.spec.timing.full_sync - 1
+    env.wait(lambda: env.get(A.RVR, "rv-s-2") is None, timeout=10)
 
 
 def test_quorum_math_on_offline_nodes() -> None:

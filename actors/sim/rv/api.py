@@ -59,6 +59,10 @@ WORLD_CONFIGMAP = "chaosflow-sim-rv-world"
 
 RV_FINALIZER = "sds-replicated-volume.deckhouse.io/rv-controller"
 AGENT_FINALIZER = "sds-replicated-volume.deckhouse.io/agent"
+#: the controller's finalizer on RVRs (the agent puts it there with its own): released by the
+#: controller only when the replica may go (rvr-finalizer-release); the agent tears a deleted
+#: replica down only once no finalizer but its own is left
+CONTROLLER_FINALIZER = "sds-replicated-volume.deckhouse.io/controller"
 
 DISKFUL = "Diskful"
 ACCESS = "Access"

@@ -79,7 +79,8 @@ class RVBugs:
     #: a replica that lost quorum while online (network split) stays StandAlone after the split
     #: heals: DRBD split-brain is never resolved, the volume does not regain (full) quorum
     quorum_not_regained_after_split_brain: bool = False
-    #: the controller never creates a replacement for a deleted Diskful/TieBreaker replica
+    #: the controller never creates a replacement for a deleted Diskful/TieBreaker replica (the
+    #: deleted replica is then never released: its deletion hangs)
     replica_not_recreated: bool = False
     #: agents never promote replicas: attachments stay Attaching forever
     attach_stuck: bool = False
@@ -89,8 +90,9 @@ class RVBugs:
     resync_stuck: bool = False
     #: the controller never releases the RV finalizer: deleted volumes never go away
     rv_deletion_stuck: bool = False
-    #: agents tear down a deleted replica even when it holds the last UpToDate copy of the data
-    #: (the volume can lose its data: IOReady never comes back)
+    #: the controller releases a deleted replica without its quorum and data checks: it is torn
+    #: down at once, even when it holds the last UpToDate copy of the data (the volume can lose its
+    #: quorum, or its data: IOReady never comes back)
     unsafe_replica_deletion: bool = False
 
     def replace(self, **changes: Any) -> RVBugs:

@@ -15,15 +15,19 @@ objects of both clusters (test + parent) and the saved DRBD state:
 3. **Agents** — one per storage node, effective ``agent_startup`` after its pod is Ready and the
    node booted. They bring DRBD resources up and down, promote/demote for attachments and report
    ``rvr.status`` (``drbd`` and conditions). A replica whose agent is away keeps its last status.
-   An agent never brings down the last UpToDate Diskful replica of a volume that is not being
-   deleted: the deletion waits until another replica synced (bug knob ``unsafe_replica_deletion``).
+   The agent puts its finalizer and the controller's on a replica it configures, and tears a deleted
+   replica down only once its own finalizer is the last one (the replica runs and votes until then).
 4. **The sds controller** — active while a controller pod holds the Lease (from ``acquireTime +
-   controller_startup``). It places replicas on storage nodes (one per node, least loaded, zones by
-   topology), recreates missing Diskful/TieBreaker replicas ``recreate_delay`` after it noticed
-   them missing, drives attachments (``desiredAttachTo``, at most 2; Access replicas created or
-   TieBreakers converted on demand), aggregates ``rv.status`` (``Quorum``/``IOReady`` from what the
-   agents reported, ``actuallyAttachedTo``) and RVA status, and handles finalizers: an RVA detaches
-   before it goes; an RV waits for its RVAs, deletes its replicas, then goes.
+   controller_startup``). It places replicas on storage nodes (one per node, deleted ones still
+   running included; least loaded, zones by topology), recreates missing Diskful/TieBreaker
+   replicas ``recreate_delay`` after it noticed them missing, deletes TieBreakers beyond the
+   layout, releases a deleted replica's finalizer only when that is safe (not attached; quorum and
+   the layout's UpToDate Diskful replicas kept without it: rvr-finalizer-release; bug knob
+   ``unsafe_replica_deletion``), drives attachments (``desiredAttachTo``, at most 2; Access
+   replicas created or TieBreakers converted on demand), aggregates ``rv.status``
+   (``Quorum``/``IOReady`` from what the agents reported, ``actuallyAttachedTo``) and RVA status,
+   and handles finalizers: an RVA detaches before it goes; an RV waits for its RVAs, deletes its
+   replicas, then goes.
 
 The volume-level conditions use only *reported* replica status (as the real controller does): two
 replicas count as connected when both report the connection, replicas on NotReady nodes are
@@ -114,8 +118,11 @@ class _Reported:
     primary: bool
     connected: frozenset[str]
     offline: bool
+    online: bool
     io_ready: bool
     ready: bool
+    #: the RVR is being deleted (it runs, and votes, until it is torn down)
+    leaving: bool
 
 
 class ReplicatedVolumeController(WorldController):
@@ -851,7 +858,6 @@ class ReplicatedVolumeController(WorldController):
             node = (r.get("spec") or {}).get("nodeName")
             if node and not deleting(r):
                 by_node.setdefault(str(node), []).append(r)
-        live_uids_kept = {r["metadata"]["uid"] for r in rvrs if not deleting(r)}
         # 1. node state and agent actions on resources (up, down, type changes)
         for r in rvrs:
             meta = r["metadata"]
@@ -870,14 +876,20 @@ class ReplicatedVolumeController(WorldController):
             if not agent_ok:
                 dues.append(agent_at)
             if deleting(r):
-                if A.AGENT_FINALIZER not in (meta.get("finalizers") or ()):
+                fins = meta.get("finalizers") or ()
+                if A.AGENT_FINALIZER not in fins:
                     continue
-                if k is not None and self._last_copy(rv, kern, uid, live_uids_kept):
-                    continue  # the last UpToDate data of a volume in use: held until another syncs
+                if any(f != A.AGENT_FINALIZER for f in fins):
+                    # the controller has not released the replica yet (rvr-finalizer-release):
+                    # the DRBD resource stays up and keeps its vote
+                    continue
                 if agent_ok and not (k is not None and k.primary):
-                    due = max(parse_ts(meta.get("deletionTimestamp")) or now, agent_at) + t.teardown_delay * (
-                        net.node_slowdown(node)
-                    )
+                    since = max(parse_ts(meta.get("deletionTimestamp")) or now, agent_at)
+                    if k is not None:
+                        if k.teardown_since is None:
+                            k.teardown_since = max(since, now)
+                        since = k.teardown_since
+                    due = since + t.teardown_delay * net.node_slowdown(node)
                     if now + EPS >= due:
                         kern.replicas.pop(uid, None)
                         self._remove_finalizer(A.RVR, r, A.AGENT_FINALIZER)
@@ -906,10 +918,13 @@ class ReplicatedVolumeController(WorldController):
                 k.configured_at = now
                 if k.type != rtype and A.DISKFUL not in (k.type, rtype):
                     k.type = rtype
-                if A.AGENT_FINALIZER not in (meta.get("finalizers") or ()):
-                    self._add_finalizer(A.RVR, r, A.AGENT_FINALIZER)
-            elif agent_ok and k.type != rtype and A.DISKFUL not in (k.type, rtype):
-                k.type = rtype  # TieBreaker <-> Access: both diskless, a configuration change
+                self._add_finalizers(A.RVR, r, (A.AGENT_FINALIZER, A.CONTROLLER_FINALIZER))
+            else:
+                if agent_ok and k.type != rtype and A.DISKFUL not in (k.type, rtype):
+                    k.type = rtype  # TieBreaker <-> Access: both diskless, a configuration change
+                if agent_ok and A.CONTROLLER_FINALIZER not in (meta.get("finalizers") or ()):
+                    # (a replica configured before the controller's finalizer existed: restored worlds)
+                    self._add_finalizers(A.RVR, r, (A.AGENT_FINALIZER, A.CONTROLLER_FINALIZER))
         view = self._view(kern, port, net)
         # 2. injected bug: a replica that lost quorum to a network split stays StandAlone
         if bugs.quorum_not_regained_after_split_brain:
@@ -935,7 +950,9 @@ class ReplicatedVolumeController(WorldController):
             if now + EPS < self._agent_at(k.node):
                 continue
             r_obj = obj_by_uid.get(uid)
-            wanted = k.node in desired and r_obj is not None and not deleting(r_obj)
+            # a deleted replica is never promoted, but stays Primary while its node is wanted (the
+            # controller does not release an attached replica)
+            wanted = k.node in desired and r_obj is not None and (not deleting(r_obj) or k.primary)
             slow = net.node_slowdown(k.node)
             if wanted:
                 k.detach_pending_since = None
@@ -1005,16 +1022,6 @@ class ReplicatedVolumeController(WorldController):
                 dues.append(due)
         return self._view(kern, port, net) if disks_changed else view
 
-    def _last_copy(self, rv: Obj, kern: VolumeKernel, uid: str, kept: set[str]) -> bool:
-        """Would bringing down replica ``uid`` destroy the last UpToDate copy of the volume's data?
-        (The agent refuses: a deleted replica waits until another Diskful replica is UpToDate.)"""
-        k = kern.replicas[uid]
-        if not k.up_to_date or deleting(rv) or self.bugs.unsafe_replica_deletion:
-            return False
-        return not any(
-            o.up_to_date and o.configured for ouid, o in kern.replicas.items() if ouid != uid and ouid in kept
-        )
-
     # -- agent reports
 
     def _report(self, rv_name: str, kern: VolumeKernel, port: int | None, view: _View, now: float) -> None:
@@ -1027,9 +1034,11 @@ class ReplicatedVolumeController(WorldController):
         for r in self._replicas(rv_name):
             meta = r["metadata"]
             node = str((r.get("spec") or {}).get("nodeName") or "")
-            if not node or deleting(r) or now + EPS < self._agent_at(node):
+            if not node or now + EPS < self._agent_at(node):
                 continue
             k = kern.replicas.get(meta["uid"])
+            if deleting(r) and (k is None or not k.configured):
+                continue  # (a deleted replica is reported while its DRBD resource is up)
             status = _shallow(r.get("status") or {})
             gen = meta.get("generation")
             conds = Conditions(status, now, gen)
@@ -1219,7 +1228,7 @@ class ReplicatedVolumeController(WorldController):
         attached.sort(key=lambda n: (desired.index(n) if n in desired else 9, n))
         status["actuallyAttachedTo"] = attached
         status["desiredAttachTo"] = desired
-        diskful = [x for x in reported.values() if x.type == A.DISKFUL]
+        diskful = [x for x in reported.values() if x.type == A.DISKFUL and not x.leaving]
         status["diskfulReplicaCount"] = f"{sum(1 for x in diskful if x.disk == A.UP_TO_DATE)}/{want_d}"
         size = A.parse_quantity((rv.get("spec") or {}).get("size"))
         if size is not None:
@@ -1228,6 +1237,8 @@ class ReplicatedVolumeController(WorldController):
         conds.commit()
         # attachments' status and finalizers
         self._sync_rvas(name, desired, attached, io_ok, reported, now)
+        # deleted replicas: their finalizer is released once they may go
+        self._release_replicas(rvrs, reported, attached, want_d, want_tb, is_deleting)
         # deletion: RVAs first, then the replicas, then the volume
         if is_deleting:
             if self._rva_by_rv.get(name):
@@ -1251,6 +1262,76 @@ class ReplicatedVolumeController(WorldController):
             old = current.get("status") or {}
             agents_care = any(old.get(f) != status.get(f) for f in ("drbdPort", "desiredAttachTo"))
             self._write_status(current, status, requeue=agents_care)
+
+    def _release_replicas(
+        self,
+        rvrs: list[Obj],
+        reported: Mapping[str, _Reported],
+        attached: list[str],
+        want_d: int,
+        want_tb: int,
+        is_deleting: bool,
+    ) -> None:
+        """rvr-finalizer-release: the controller removes its finalizer from a deleted replica (so
+        its agent may tear the DRBD resource down) only when that is safe. While the volume is
+        being deleted: when no replica is attached. Otherwise: the replica is not attached, the
+        other voting replicas keep quorum without it (a majority of them Online), enough other
+        Diskful replicas that are not being deleted are UpToDate and IOReady for the storage class
+        (so a deleted Diskful replica goes only once its replacement synced), and a TieBreaker
+        goes only once the layout's TieBreakers are there without it. Until then the replica stays
+        configured and keeps its vote: a replica deletion alone never costs the volume quorum.
+        (Bug knob ``unsafe_replica_deletion``: only the attachment is checked.)"""
+        for item in rvrs:
+            r = self._rvrs.get(item["metadata"]["name"])
+            if (
+                r is None
+                or not deleting(r)
+                or A.CONTROLLER_FINALIZER not in (r["metadata"].get("finalizers") or ())
+            ):
+                continue
+            if self._release_blocked(r, reported, attached, want_d, want_tb, is_deleting) is None:
+                self._remove_finalizer(A.RVR, r, A.CONTROLLER_FINALIZER)
+
+    def _release_blocked(
+        self,
+        r: Obj,
+        reported: Mapping[str, _Reported],
+        attached: list[str],
+        want_d: int,
+        want_tb: int,
+        is_deleting: bool,
+    ) -> str | None:
+        """Why a deleted replica may not go yet (None: it may)."""
+        name = r["metadata"]["name"]
+        spec = r.get("spec") or {}
+        if is_deleting:
+            return f"volume still attached to {', '.join(attached)}" if attached else None
+        node = str(spec.get("nodeName") or "")
+        if node and node in attached:
+            return f"replica is attached on {node}"
+        if self.bugs.unsafe_replica_deletion:
+            return None
+        others = [x for n, x in reported.items() if n != name]
+        voters = [x for x in others if x.type in A.VOTING_TYPES]
+        online = sum(1 for x in voters if x.online and not x.offline)
+        if voters and not has_quorum(online, len(voters)):
+            return f"{online} of {len(voters)} other voting replicas online, {majority(len(voters))} needed"
+        ready = sum(
+            1
+            for x in others
+            if x.type == A.DISKFUL
+            and x.disk == A.UP_TO_DATE
+            and x.io_ready
+            and not x.leaving
+            and not x.offline
+        )
+        if ready < want_d:
+            return f"{ready} other UpToDate IOReady Diskful replicas, {want_d} needed"
+        if str(spec.get("type") or A.DISKFUL) == A.TIEBREAKER:
+            tbs = sum(1 for x in others if x.type == A.TIEBREAKER and x.online and not x.leaving)
+            if tbs < want_tb:
+                return f"{tbs} other TieBreaker replicas online, {want_tb} needed"
+        return None
 
     def _allocate_port(self, name: str) -> int:
         used = {
@@ -1354,7 +1435,7 @@ class ReplicatedVolumeController(WorldController):
         others = {
             str((o.get("spec") or {}).get("nodeName"))
             for o in self._replicas(rv_name)
-            if o is not r and not deleting(o) and (o.get("spec") or {}).get("nodeName")
+            if o is not r and (o.get("spec") or {}).get("nodeName")  # (deleted ones still run there)
         }
         if str(spec.get("type") or A.DISKFUL) not in A.REPLICA_TYPES:
             conds.set(
@@ -1404,6 +1485,17 @@ class ReplicatedVolumeController(WorldController):
     ) -> None:
         name = rv["metadata"]["name"]
         live = [r for r in self._replicas(name) if not deleting(r)]
+        # rvr-tie-breaker-count: TieBreakers beyond the layout's are deleted (an extra one would
+        # make the number of voters even); unscheduled, then unconfigured, then the newest go first
+        tbs = [r for r in live if (r.get("spec") or {}).get("type") == A.TIEBREAKER]
+        if len(tbs) > want_tb:
+            tbs.sort(key=creation_key, reverse=True)
+            tbs.sort(
+                key=lambda r: (condition_true(r, A.COND_SCHEDULED), bool((r.get("status") or {}).get("drbd")))
+            )
+            for r in tbs[: len(tbs) - want_tb]:
+                self._delete(A.RVR, r["metadata"]["name"])
+            live = [r for r in self._replicas(name) if not deleting(r)]
         have = {A.DISKFUL: 0, A.TIEBREAKER: 0}
         for r in live:
             rtype = str((r.get("spec") or {}).get("type") or A.DISKFUL)
@@ -1442,8 +1534,11 @@ class ReplicatedVolumeController(WorldController):
             if cond is not None:  # (a new volume gets its first Scheduled condition when placed)
                 conds.set(A.COND_SCHEDULED, False, A.R_NOT_SCHEDULED, f"missing {text}")
             return
+        # one replica per node: nodes of replicas being deleted (still running) are taken too
         exclude = {
-            str((r.get("spec") or {}).get("nodeName")) for r in live if (r.get("spec") or {}).get("nodeName")
+            str((r.get("spec") or {}).get("nodeName"))
+            for r in self._replicas(name)
+            if (r.get("spec") or {}).get("nodeName")
         }
         failed = 0
         for rtype, count in missing:
@@ -1477,16 +1572,19 @@ class ReplicatedVolumeController(WorldController):
         for node in active:
             if node not in desired and len(desired) < 2 and self._attachable(node) and not is_deleting:
                 desired.append(node)
-        live = [r for r in self._replicas(name) if not deleting(r)]
+        replicas = self._replicas(name)
+        live = [r for r in replicas if not deleting(r)]
         on_node = {
             str((r.get("spec") or {}).get("nodeName")): r
             for r in live
             if (r.get("spec") or {}).get("nodeName")
         }
+        leaving = {str((r.get("spec") or {}).get("nodeName")) for r in replicas if deleting(r)}
         for node in desired:
             r = on_node.get(node)
             if r is None:
-                self._create_replica(rv, A.ACCESS, node, for_attachment=True)
+                if node not in leaving:  # (one replica per node: a deleted one is torn down first)
+                    self._create_replica(rv, A.ACCESS, node, for_attachment=True)
             elif (r.get("spec") or {}).get("type") == A.TIEBREAKER:
                 self._patch(A.RVR, r["metadata"]["name"], {"spec": {"type": A.ACCESS}})
         for r in live:
@@ -1531,14 +1629,16 @@ class ReplicatedVolumeController(WorldController):
                 c.get("name") for c in drbd.get("connections") or () if c.get("state") == "Connected"
             ),
             offline=online is not None and online.get("reason") == A.R_NODE_NOT_READY,
+            online=online is not None and online.get("status") == "True",
             io_ready=condition_true(r, A.COND_IO_READY),
             ready=condition_true(r, A.COND_READY),
+            leaving=deleting(r),
         )
 
     def _mark_offline(self, rv_name: str, now: float) -> None:
         for r in self._replicas(rv_name):
             node = str((r.get("spec") or {}).get("nodeName") or "")
-            if not node or deleting(r) or self._node_ready(node) or not (r.get("status") or {}).get("drbd"):
+            if not node or self._node_ready(node) or not (r.get("status") or {}).get("drbd"):
                 continue
             if now + EPS >= self._agent_at(node):
                 continue  # the agent reports itself
@@ -1563,8 +1663,8 @@ class ReplicatedVolumeController(WorldController):
         by_node: dict[str, Obj] = {}
         for o in self._replicas(rv_name):
             node = (o.get("spec") or {}).get("nodeName")
-            if node and not deleting(o):
-                by_node[str(node)] = o
+            if node and (str(node) not in by_node or not deleting(o)):
+                by_node[str(node)] = o  # the live replica of the node, else the one going away
         for item in self._rvas_of(rv_name):
             rva = item
             meta = rva["metadata"]
@@ -1591,6 +1691,8 @@ class ReplicatedVolumeController(WorldController):
                 phase = A.RVA_ATTACHING
                 if r is None or rep is None:
                     reason, msg = A.R_WAITING_FOR_REPLICA, f"waiting for a replica on node {node}"
+                elif deleting(r):
+                    reason, msg = A.R_WAITING_FOR_REPLICA, f"the replica on node {node} is being deleted"
                 elif (r.get("spec") or {}).get("type") == A.TIEBREAKER or rep.type == A.TIEBREAKER:
                     reason, msg = A.R_CONVERTING_TB, "converting the TieBreaker replica to Access"
                 elif not io_ok:
@@ -1661,7 +1763,7 @@ class ReplicatedVolumeController(WorldController):
         r = self._rvrs.get(name)
         if r is None or _rv_of(r) in self._rvs or not deleting(r):
             return
-        self._remove_finalizer(A.RVR, r, A.AGENT_FINALIZER)
+        self._remove_finalizer(A.RVR, r, A.CONTROLLER_FINALIZER, A.AGENT_FINALIZER)
 
     def _sync_rsc(self, name: str) -> None:
         rsc = self._rscs.get(name)
@@ -1742,12 +1844,24 @@ class ReplicatedVolumeController(WorldController):
             {"metadata": {"finalizers": [*fins, finalizer], "resourceVersion": meta["resourceVersion"]}},
         )
 
-    def _remove_finalizer(self, kind: str, obj: Obj, finalizer: str) -> None:
+    def _add_finalizers(self, kind: str, obj: Obj, finalizers: Iterable[str]) -> Obj:
         meta = obj["metadata"]
         fins = list(meta.get("finalizers") or ())
-        if finalizer not in fins:
+        missing = [f for f in finalizers if f not in fins]
+        if not missing or deleting(obj):
+            return obj
+        return self._patch(
+            kind,
+            meta["name"],
+            {"metadata": {"finalizers": [*fins, *missing], "resourceVersion": meta["resourceVersion"]}},
+        )
+
+    def _remove_finalizer(self, kind: str, obj: Obj, *finalizers: str) -> None:
+        meta = obj["metadata"]
+        fins = list(meta.get("finalizers") or ())
+        if not any(f in fins for f in finalizers):
             return
-        left = [f for f in fins if f != finalizer]
+        left = [f for f in fins if f not in finalizers]
         self._patch(
             kind,
             meta["name"],

@@ -41,6 +41,8 @@ class ReplicaKernel:
     sync_since: float | None = None
     sync_total: float = 0.0
     standalone: bool = False
+    #: the agent may tear the deleted replica down from here on (its finalizer is the last one)
+    teardown_since: float | None = None
 
     @property
     def voting(self) -> bool:
