@@ -83,7 +83,7 @@ class WorkflowManager:
         self.trigger = trigger or OperableTrigger(clock)
         self.store = store
         self.runs: dict[str, WorkflowRun] = {}
-        self.watch = ObjectWatchTrigger(playground, self.trigger.notify)
+        self.watch = ObjectWatchTrigger(playground, self.trigger.notify, self.trigger.call_later)
         self.max_active = max_active_workflows
         self._waiting: deque[str] = deque()
         self._active = 0

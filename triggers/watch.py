@@ -11,19 +11,32 @@ per-kind watch, and whenever the set changes (an object matching it changes, app
 disappears) delivers NodeObjectChanged with an ``ObservedLists`` payload holding every set the
 node observes. Watch callbacks may come from other threads (real clusters): set observers are
 guarded by a lock.
+
+Registration talks to the API server (discovery, opening the watch, the first get or list). When
+that fails (API server down, a 5xx, a lost connection) and a ``retry`` scheduler is given (the
+manager passes its trigger's ``call_later``), the registration is retried with backoff (1 s
+doubling to 30 s) instead of the error reaching the engine loop; the node waits meanwhile and its
+own timeout or deadline bounds the wait. A retry is dropped once the node stopped observing.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from actors.base import ActorError
 from engine.phases import Event, EventType, ObservedLists
 
 if TYPE_CHECKING:
     from actors.base import Playground, WatchHandle
+
+log = logging.getLogger("chaosflow.watch")
+
+#: registration retry backoff (seconds): first delay, cap
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 
 ObjKey = tuple[str, str, str, str | None, str]  # cluster, apiVersion, kind, namespace, name
 KindKey = tuple[str, str, str]
@@ -59,10 +72,18 @@ class _ObservedSet:
         return [self.items[k] for k in sorted(self.items)]
 
 
+RetryScheduler = Callable[[float, Callable[[], None]], None]
+
+
 class ObjectWatchTrigger:
-    def __init__(self, playground: Playground, notify: Callable[[Event], None]) -> None:
+    def __init__(
+        self, playground: Playground, notify: Callable[[Event], None], retry: RetryScheduler | None = None
+    ) -> None:
         self._pg = playground
         self._notify = notify
+        self._retry = retry
+        #: (workflow, node) -> registrations waiting for a retry (their retry counts)
+        self._retrying: dict[tuple[str, str], dict[tuple[Any, ...], int]] = {}
         self._watches: dict[KindKey, WatchHandle] = {}
         self._observers: dict[ObjKey, set[tuple[str, str]]] = {}
         self._by_node: dict[tuple[str, str], set[ObjKey]] = {}
@@ -71,6 +92,22 @@ class ObjectWatchTrigger:
         self._sets_lock = threading.RLock()
 
     def observe(
+        self,
+        workflow: str,
+        node: str,
+        cluster: str,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        name: str,
+    ) -> None:
+        args = (workflow, node, cluster, api_version, kind, namespace, name)
+        try:
+            self._observe(*args)
+        except ActorError as e:
+            self._schedule_retry((workflow, node), ("object", *args[2:]), self.observe, args, e)
+
+    def _observe(
         self,
         workflow: str,
         node: str,
@@ -92,6 +129,46 @@ class ObjectWatchTrigger:
         obj = self._pg.get(cluster, api_version, kind, namespace, name)
         self._notify(Event(workflow, node, EventType.NODE_OBJECT_CHANGED, obj))
 
+    def _schedule_retry(
+        self,
+        who: tuple[str, str],
+        rkey: tuple[Any, ...],
+        fn: Callable[..., None],
+        args: tuple[Any, ...],
+        error: ActorError,
+    ) -> None:
+        """Registration failed: retry it later (backoff), or raise when no scheduler is given."""
+        if self._retry is None:
+            raise error
+        pending = self._retrying.setdefault(who, {})
+        attempt = pending.get(rkey, 0) + 1
+        pending[rkey] = attempt
+        delay = min(RETRY_MAX, RETRY_FIRST * 2 ** (attempt - 1))
+        log.warning(
+            "watch registration failed, retrying",
+            extra={
+                "workflow": who[0],
+                "node": who[1],
+                "what": list(map(str, rkey)),
+                "error": str(error),
+                "attempt": attempt,
+                "retryIn": delay,
+            },
+        )
+
+        def again() -> None:
+            waiting = self._retrying.get(who)
+            if waiting is None or rkey not in waiting:
+                return  # the node stopped observing meanwhile
+            fn(*args)
+            still = self._retrying.get(who)
+            if still is not None and still.get(rkey) == attempt:  # succeeded (no new failure)
+                del still[rkey]
+                if not still:
+                    del self._retrying[who]
+
+        self._retry(delay, again)
+
     def observe_kind(
         self,
         workflow: str,
@@ -105,6 +182,24 @@ class ObjectWatchTrigger:
         key: str,
     ) -> None:
         """Observe the objects of a kind matching (namespace, selector, name) as the set ``key``."""
+        args = (workflow, node, cluster, api_version, kind, namespace, label_selector, name, key)
+        try:
+            self._observe_kind(*args)
+        except ActorError as e:
+            self._schedule_retry((workflow, node), ("set", key), self.observe_kind, args, e)
+
+    def _observe_kind(
+        self,
+        workflow: str,
+        node: str,
+        cluster: str,
+        api_version: str,
+        kind: str,
+        namespace: str | None,
+        label_selector: str | None,
+        name: str | None,
+        key: str,
+    ) -> None:
         from actors.sim.selectors import compile_label_selector
 
         if not self._pg.namespaced(cluster, api_version, kind):
@@ -157,6 +252,8 @@ class ObjectWatchTrigger:
             self._notify(Event(wf, node, EventType.NODE_OBJECT_CHANGED, payload))
 
     def unobserve_node(self, workflow: str, node: str) -> None:
+        if self._retrying:
+            self._retrying.pop((workflow, node), None)
         if self._sets_by_node:
             with self._sets_lock:
                 sets = self._sets_by_node.pop((workflow, node), None)
