@@ -128,22 +128,35 @@ class EventRecorder:
         self.emit_for(run.namespace, run.name, etype, reason, message)
 
     def emit_for(self, namespace: str, name: str, etype: str, reason: str, message: str) -> None:
+        involved = {
+            "apiVersion": API_VERSION,
+            "kind": "Workflow",
+            "namespace": namespace,
+            "name": name,
+            "uid": self.uids.get(f"{namespace}/{name}", ""),
+        }
+        self.emit_object(involved, etype, reason, message, labels={"chaosflow.io/workflow": name})
+
+    def emit_object(
+        self,
+        involved: dict[str, Any],
+        etype: str,
+        reason: str,
+        message: str,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """An Event about any object (``involved``: apiVersion, kind, namespace, name, uid)."""
         now = rfc3339(time.time())
+        name = str(involved["name"])
         ev = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {
                 "name": f"{name}.{uuid.uuid4().hex[:16]}",
-                "namespace": namespace,
-                "labels": {"chaosflow.io/workflow": name},
+                "namespace": involved["namespace"],
+                "labels": dict(labels or {}),
             },
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": "Workflow",
-                "namespace": namespace,
-                "name": name,
-                "uid": self.uids.get(f"{namespace}/{name}", ""),
-            },
+            "involvedObject": dict(involved),
             "type": etype,
             "reason": reason,
             "message": message[:1024],
