@@ -18,6 +18,10 @@ Deleting a Workflow aborts it with cleanup; the finalizer is removed when its ru
 ``workflow.chaos-mesh.org/abort: "true"`` abort a run. A leader that cannot renew its Lease stops
 writing at once and exits (its replacement resumes the runs). SIGTERM stops the loop, flushes
 status and releases the Lease.
+
+CronWorkflows (engine/cron_kube.py): once the Workflows are synced, the leader also watches and lists
+CronWorkflows in the same namespaces and keeps one CronDriver per object; their children are Workflow
+objects it creates (and then runs like any other). Changes of a child's phase re-sync its cron.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from prometheus_client import Counter, Gauge
 from actors.base import ActorError
 from actors.kube import ClusterConfig, KubePlayground
 from engine.clock import RealClock
+from engine.cron_kube import KubeCronWorkflows
 from engine.events import EventRecorder
 from engine.kubestore import KubeStore, run_of, workflow_doc
 from engine.leader import LeaderElector, default_identity
@@ -106,6 +111,18 @@ class Controller:
         self._subs: list[Any] = []
         self._last_retry = 0.0
         self._writes_reported = 0
+        self.crons = KubeCronWorkflows(
+            playground,
+            HOME,
+            self.trigger,
+            self.clock,
+            self.objects,
+            abort_run=self._abort_run,
+            metrics=self.metrics,
+            events=self.events,
+            stopped=self._stop.is_set,
+            fenced=lambda: self.lost or self.store.fenced_all,
+        )
 
     # --- health ---------------------------------------------------------------------------------
     def healthy(self) -> tuple[bool, str]:
@@ -182,12 +199,14 @@ class Controller:
         for ns in list[str | None](self.namespaces) or [None]:
             for obj in self.pg.list(HOME, API_VERSION, KIND, ns):
                 self._handle("ADDED", obj)
-        self.synced = True
         log.info("synced: %d workflow(s)", len(self.objects))
+        self.crons.start(list[str | None](self.namespaces))  # after the Workflows: its children
+        self.synced = True
 
     def _shutdown(self) -> int:
         for s in self._subs:
             s.stop()
+        self.crons.stop()
         if not self.lost:
             self.store.flush()
         self.manager.watch.close()
@@ -205,7 +224,24 @@ class Controller:
     # --- Workflow objects ------------------------------------------------------------------------
     def _on_watch(self, event_type: str, obj: dict[str, Any]) -> None:
         """Watch thread: hand over to the engine thread."""
-        self.trigger.call_later(0, lambda: self._handle(event_type, obj))
+        self.trigger.call_later(0, lambda: self._handle_event(event_type, obj))
+
+    def _handle_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        old = self.objects.get(_key(obj))
+        self._handle(event_type, obj)
+        if not self._stop.is_set():
+            try:
+                self.crons.child_event(event_type, old, obj)  # a CronWorkflow's child: re-sync it
+            except Exception:  # never stop the engine loop
+                log.exception("cron: child event of %s failed", _key(obj))
+
+    def _abort_run(self, key: str, message: str) -> None:
+        """Replace (engine/cron_kube.py): abort a child this process runs, with the cron's message
+        (the ``chaosflow.io/abort`` annotation set on it covers the other cases)."""
+        run = self.manager.runs.get(key)
+        if run is not None and not run.phase.finished and not run.abort_requested:
+            log.info("workflow %s: %s", key, message)
+            self.manager.abort(key, message)
 
     def _handle(self, event_type: str, obj: dict[str, Any]) -> None:
         if self._stop.is_set():

@@ -25,6 +25,8 @@ EXPECTED_WORKLOAD_RULES = [
     ([""], ["pods/log"], ["get"]),
     ([""], ["configmaps"], ["get", "create", "delete"]),
 ]
+# after the chaos targets: what CronWorkflows need of their children (rbac.cronWorkflows)
+CRON_CHILD_RULE = (["chaosflow.io"], ["workflows"], ["create", "delete"])
 CHAOS_MESH_KINDS = {"podchaos", "networkchaos", "iochaos", "stresschaos", "timechaos"}
 
 
@@ -78,7 +80,8 @@ def test_default_rbac_is_the_table_of_docs_rbac(render: Any) -> None:
     role = one(docs, "ClusterRole")
     rules = rule_tuples(role)
     assert rules[: len(EXPECTED_WORKLOAD_RULES)] == EXPECTED_WORKLOAD_RULES
-    (chaos,) = rules[len(EXPECTED_WORKLOAD_RULES) :]
+    chaos, cron_children = rules[len(EXPECTED_WORKLOAD_RULES) :]
+    assert cron_children == CRON_CHILD_RULE
     assert chaos[0] == ["chaos-mesh.org"]
     assert set(chaos[1]) >= CHAOS_MESH_KINDS
     assert chaos[2] == ["get", "list", "watch", "create", "delete", "patch"]
@@ -132,6 +135,8 @@ def test_optional_rules_can_be_turned_off(render: Any) -> None:
     )
     resources = {res for r in all_rules(docs) for res in r["resources"]}
     assert not resources & {"pods", "pods/log", "configmaps", "cronworkflows", "workflows/finalizers"}
+    workflow_verbs = {v for r in all_rules(docs) if "workflows" in r["resources"] for v in r["verbs"]}
+    assert not workflow_verbs & {"create", "delete"}  # only CronWorkflows create and delete them
     assert {"workflows", "workflows/status", "events", "leases"} <= resources
 
 
