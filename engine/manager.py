@@ -34,6 +34,7 @@ from engine.phases import (
     Notify,
     NotifyAt,
     NotifyParent,
+    Observation,
     Observe,
     ObserveKind,
     StopChildren,
@@ -60,6 +61,8 @@ P = NodePhase
 PhaseListener = Callable[[WorkflowRun, Node, NodePhase], None]
 WorkflowListener = Callable[[WorkflowRun], None]
 ActionListener = Callable[[str, bool, float], None]
+#: (run, node, observation, now): a node's live observation (e.g. a StatusCheck's condition change)
+ObservationListener = Callable[[WorkflowRun, Node, Observation, float], None]
 
 
 class Store(Protocol):
@@ -99,6 +102,9 @@ class WorkflowManager:
         self.workflow_listeners: list[WorkflowListener] = []
         self.schedule_latencies: list[float] | None = None  # wall seconds, when measuring
         self.action_listeners: list[ActionListener] = []  # (action, ok, wall seconds) per actor call
+        #: told each Observation of a transition, after its state and outputs are merged and before
+        #: the phase change (so before the phase listeners hear of it)
+        self.observation_listeners: list[ObservationListener] = []
         #: called once per engine tick (e.g. polling controls from another process: engine/control.py)
         self.tick_hooks: list[Callable[[], None]] = []
         #: virtual clock, nothing runnable or scheduled, workflows unfinished: wait for outside input
@@ -349,6 +355,10 @@ class WorkflowManager:
             node.message = tr.message
         if tr.reason is not None:
             node.reason = tr.reason
+        if tr.observations:
+            for ob in tr.observations:
+                for ofn in self.observation_listeners:
+                    ofn(run, node, ob, now)
         phase = tr.phase
         if phase is not None and phase is not node.phase:
             old = node.phase

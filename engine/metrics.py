@@ -264,7 +264,9 @@ class Metrics:
             registry=reg,
         )
         self.mt_volumes = Gauge(
-            f"{PREFIX}_megatest_volumes", "megatest: volumes currently tracked.", registry=reg
+            f"{PREFIX}_megatest_volumes",
+            "megatest: volumes currently tracked (created or seen changing, and not gone).",
+            registry=reg,
         )
         self.mt_incidents = Counter(
             f"{PREFIX}_megatest_incidents", "megatest: incidents by type.", ["type"], registry=reg
@@ -410,6 +412,14 @@ class Metrics:
         (Suspended, MissedDeadline, Superseded, CatchUpNone, ConcurrencyForbid); others are
         accepted, bounded by ``label_limit``."""
         self.cron_skipped.labels(self.cron_policies(policy), self.cron_reasons(reason)).inc(count)
+
+    def megatest_volume_created(self, volume: str) -> None:
+        """A volume was created: it is tracked (``chaosflow_megatest_volumes``) until it is gone."""
+        with self._mt_lock:
+            if volume in self._mt_volumes:
+                return
+            self._mt_volumes.add(volume)
+            self.mt_volumes.set(len(self._mt_volumes))
 
     def megatest_condition_transition(self, volume: str, condition: str) -> None:
         """A volume's condition (IOReady, Quorum, ...) changed. Per volume, an odd count of

@@ -246,6 +246,16 @@ Effect = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """Something a node observed, told live to the manager's ``observation_listeners`` (logs,
+    metrics) when the transition is applied; it changes nothing in the run. ``what`` names it
+    (StatusCheck: ``conditionChanged``, ``healthChanged``), ``data`` is plain data."""
+
+    what: str
+    data: dict[str, Any]
+
+
 @dataclass(slots=True)
 class Transition:
     """The result of one state-machine step. ``phase`` None = unchanged."""
@@ -256,6 +266,7 @@ class Transition:
     outputs: dict[str, Any] | None = None  # merged into node.outputs (visible as nodes.<template>.outputs)
     message: str | None = None
     reason: str | None = None
+    observations: tuple[Observation, ...] = ()  # for observation listeners only (no engine effect)
 
 
 IGNORED = Transition()

@@ -15,10 +15,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from engine.clock import VIRTUAL_EPOCH, Clock, RealClock, VirtualClock
+from engine.errors import Path as ErrPath
 from engine.manager import WorkflowManager
 from engine.model import Workflow
 from engine.phases import NodePhase
 from engine.runtime import Node, WorkflowRun
+from engine.simworld import (
+    SimWorldRequest,
+    build_sim_world,
+    restore_sim_world,
+    sim_world_of,
+)
 from engine.store import SQLiteStore
 from triggers.operable import OperableTrigger
 
@@ -57,9 +64,7 @@ class LocalEnv:
 def build_sim_env(opts: RunOptions, seed: int, clock_start: float = VIRTUAL_EPOCH) -> LocalEnv:
     from actors.sim.playground import SimWorld
 
-    clock: Clock = RealClock() if opts.real_time else VirtualClock(clock_start)
-    if opts.pace and not opts.real_time:
-        clock = PacedVirtualClock(clock_start, opts.pace)
+    clock: Clock = RealClock() if opts.real_time else paced_or_virtual_clock(opts.pace, clock_start)
     trigger = OperableTrigger(clock)
     world = SimWorld(clock, trigger, seed=seed)
     store = None
@@ -93,18 +98,50 @@ class PacedVirtualClock(VirtualClock):
         self._now = t
 
 
-def _serve_metrics(opts: RunOptions, env: LocalEnv) -> Any:
-    """With --metrics-addr: attach engine metrics (default registry) and serve /metrics."""
-    from prometheus_client import start_http_server
+def metrics_addr_problem(addr: str) -> str | None:
+    """Why ``addr`` is not a usable ``--metrics-addr HOST:PORT`` (None when it is)."""
+    _host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        return f"--metrics-addr: {addr!r} is not HOST:PORT (e.g. 127.0.0.1:9090 or :9090)"
+    return None
+
+
+@dataclass
+class MetricsServer:
+    """Engine metrics served on ``/metrics`` for the length of a local run (:func:`serve_metrics`)."""
+
+    metrics: Any  # engine.metrics.Metrics
+    server: Any  # the HTTP server of prometheus_client.start_http_server
+
+    def close(self) -> None:
+        """Stop serving and unregister the metrics (another run in this process may serve again)."""
+        self.server.shutdown()
+        self.server.server_close()
+        self.metrics.unregister()
+
+
+def serve_metrics(addr: str, manager: WorkflowManager, err: TextIO | None = None) -> MetricsServer:
+    """``--metrics-addr HOST:PORT`` of a local run (``chaosflow run``, ``resume``, ``megatest``):
+    attach engine metrics (default registry) to ``manager`` and serve them on /metrics."""
+    from prometheus_client import REGISTRY, start_http_server
 
     from engine.metrics import Metrics
 
-    host, _, port = (opts.metrics_addr or "").rpartition(":")
-    metrics = Metrics().attach(env.manager)
+    host, _, port = addr.rpartition(":")
+    metrics = Metrics().attach(manager)
     metrics.set_leader(True)  # a local run is its own, only engine
-    server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    print(f"serving metrics on http://{opts.metrics_addr}/metrics", file=opts.err)
-    return server
+    try:
+        server, _thread = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=REGISTRY)
+    except BaseException:
+        metrics.unregister()
+        raise
+    print(f"serving metrics on http://{addr}/metrics", file=err or sys.stderr)
+    return MetricsServer(metrics, server)
+
+
+def paced_or_virtual_clock(pace: float | None, start: float = VIRTUAL_EPOCH) -> VirtualClock:
+    """``--pace FACTOR``: a virtual clock that runs no faster than FACTOR x wall time; else a plain one."""
+    return PacedVirtualClock(start, pace) if pace else VirtualClock(start)
 
 
 def _progress_listener(opts: RunOptions, env: LocalEnv) -> Any:
@@ -127,7 +164,7 @@ def _drive(env: LocalEnv, opts: RunOptions, runs: list[WorkflowRun]) -> int:
     mgr = env.manager
     if opts.progress and opts.output == "text":
         mgr.phase_listeners.append(_progress_listener(opts, env))
-    server = _serve_metrics(opts, env) if opts.metrics_addr else None
+    served = serve_metrics(opts.metrics_addr, mgr, opts.err) if opts.metrics_addr else None
     poller = None
     if env.store is not None:  # chaosflow stop|terminate|suspend|unsuspend STATE from elsewhere
         from engine.control import ControlPoller
@@ -162,8 +199,8 @@ def _drive(env: LocalEnv, opts: RunOptions, runs: list[WorkflowRun]) -> int:
         r.message = r.message or "stuck: nothing left to run and the workflow did not finish"
     _report(runs, opts, wall, mgr)
     mgr.close()
-    if server is not None:
-        server.shutdown()
+    if served is not None:
+        served.close()
     return EXIT_OK if all(r.phase.value == "Succeed" for r in runs) else EXIT_FAILED
 
 
@@ -192,15 +229,27 @@ def _clusters_from_meta(meta: dict[str, list[Any]]) -> dict[str, Any]:
     return {n: ClusterConfig(kubeconfig=k, context=c, incluster=bool(i)) for n, (k, c, i) in meta.items()}
 
 
+def _workflow_sources(workflows: list[Workflow]) -> list[tuple[dict[str, str], str, ErrPath]]:
+    return [
+        (wf.metadata.annotations, f"Workflow {wf.namespace}/{wf.name}", ("metadata", "annotations"))
+        for wf in workflows
+    ]
+
+
 def run_local(workflows: list[Workflow], opts: RunOptions) -> int:
     seed = opts.seed if opts.seed is not None else (workflows[0].spec.seed or 0)
+    request = None if opts.clusters else sim_world_of(_workflow_sources(workflows))
     env = build_kube_env(opts) if opts.clusters else build_sim_env(opts, seed)
     if env.world is not None:
         env.world.load_world_file(opts.world)
+        if request is not None:
+            build_sim_world(env.world, request)
     if env.store is not None:
         meta: dict[str, Any] = {"seed": seed, "real_time": opts.real_time}
         if opts.clusters:
             meta["clusters"] = _clusters_meta(opts.clusters)
+        if request is not None:
+            meta["simWorld"] = request.to_dict()
         env.store.put_meta("options", meta)
     if opts.parameters:
         from engine.render import override_parameters
@@ -238,8 +287,12 @@ def resume_local(state: str, opts: RunOptions) -> int:
         env = build_kube_env(opts)
     else:
         env = build_sim_env(opts, int(meta.get("seed", 0)), clock_start=clock_at)
-    if sim is not None and env.world is not None:
-        env.world.restore(sim)
+    if env.world is not None:
+        request = SimWorldRequest.from_dict(meta["simWorld"]) if meta.get("simWorld") else None
+        if sim is not None:
+            restore_sim_world(env.world, sim, request)
+        elif request is not None:  # crashed before the first checkpoint
+            build_sim_world(env.world, request)
     assert env.store is not None
     runs = env.store.load_all()
     for r in runs:

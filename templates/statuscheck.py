@@ -34,6 +34,12 @@ outputs also hold ``probes``, ``successes``, ``failures``, ``healthy`` and ``his
 ``recordsHistoryLimit`` records ``{time, outcome: Success|Failure, message}`` (probe results and,
 for Kubernetes, the watched transitions).
 
+Each watched change is also told live, as it is applied, to the manager's
+``observation_listeners`` (``Transition.observations``): one ``conditionChanged`` observation per
+condition that started or stopped having its expected status (``{object, condition, expected,
+observed, reason, message, transitions}``, ``transitions`` being that condition's running count),
+or ``healthChanged`` when no condition is listed. The megatest logs and counts them from there.
+
 | event \\ phase      | Init                                                        | Running |
 |--------------------|-------------------------------------------------------------|---------|
 | NodeCreated        | render the probe; probe now; end timer; watch (Kubernetes) -> Running | - |
@@ -56,7 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from engine.clock import rfc3339
 from engine.duration import DurationSpec
-from engine.phases import AbortWorkflow, Act, Effect, Event, NotifyAt, Observe, Transition
+from engine.phases import AbortWorkflow, Act, Effect, Event, NotifyAt, Observation, Observe, Transition
 from engine.render import RENDERED_FIELDS, rendered
 from templates.base import IGNORED, E, NodeMachine, P, finish
 
@@ -310,9 +316,11 @@ def on_object_changed(
     outputs: dict[str, Any] = {"conditionTransitions": counts}
     if flipped:
         outputs["transitions"] = int(out.get("transitions", 0)) + 1
+    observations: tuple[Observation, ...] = ()
     if changed or flipped:
         msg = f"watch: {_object_desc(target)}: {summary}"
         outputs["history"] = _append_history(out, _spec(run, node), now, healthy, msg)
+        observations = _observations(target, obj, prev, cond_ok, counts, healthy, outputs, out)
     if st.get("probeDue"):
         merged_st = {**st, **state}
         merged_out = {**out, **outputs}
@@ -320,8 +328,67 @@ def on_object_changed(
         tr = _record(node, run, now, merged_st, merged_out, ok, msg, st["nextProbeAt"])
         tr.state = {**state, **(tr.state or {})}
         tr.outputs = {**outputs, **(tr.outputs or {})}
+        tr.observations = observations
         return tr
-    return Transition(None, [], state=state, outputs=outputs)
+    return Transition(None, [], state=state, outputs=outputs, observations=observations)
+
+
+def _observations(
+    target: dict[str, Any],
+    obj: dict[str, Any] | None,
+    prev: dict[str, bool],
+    cond_ok: dict[str, bool],
+    counts: dict[str, Any],
+    healthy: bool,
+    outputs: dict[str, Any],
+    out: dict[str, Any],
+) -> tuple[Observation, ...]:
+    """What the watch saw change, for the manager's observation listeners (live logs, metrics):
+    one ``conditionChanged`` per condition whose expected status started or stopped holding (with
+    its observed status, reason, message and running transition count), or one ``healthChanged``
+    when only the object's existence was checked."""
+    desc = _object_desc(target)
+    overall = int(outputs.get("transitions", out.get("transitions", 0)))
+    details = _condition_details(obj) if obj is not None else {}
+    obs: list[Observation] = []
+    for t, want in target["conditions"]:
+        if cond_ok[t] == prev.get(t, True):
+            continue
+        status, reason, message = details.get(t, ("not found" if obj is None else "missing", "", ""))
+        obs.append(
+            Observation(
+                "conditionChanged",
+                {
+                    "object": desc,
+                    "condition": t,
+                    "expected": want,
+                    "observed": status,
+                    "reason": reason,
+                    "message": message,
+                    "transitions": int(counts.get(t, 0)),
+                    "healthy": healthy,
+                    "healthTransitions": overall,
+                },
+            )
+        )
+    if not obs:
+        obs.append(
+            Observation(
+                "healthChanged",
+                {
+                    "object": desc,
+                    "condition": None,
+                    "expected": "exists",
+                    "observed": "exists" if obj is not None else "not found",
+                    "reason": "",
+                    "message": "",
+                    "transitions": overall,
+                    "healthy": healthy,
+                    "healthTransitions": overall,
+                },
+            )
+        )
+    return tuple(obs)
 
 
 def on_end(m: StatusCheckMachine, node: Node, ev: Event, run: WorkflowRun, now: float) -> Transition:
@@ -352,6 +419,16 @@ def on_end(m: StatusCheckMachine, node: Node, ev: Event, run: WorkflowRun, now: 
 def _conditions(obj: dict[str, Any]) -> dict[str, str]:
     conds = (obj.get("status") or {}).get("conditions") or []
     return {str(c.get("type")): str(c.get("status")) for c in conds if isinstance(c, dict)}
+
+
+def _condition_details(obj: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    """type -> (status, reason, message) of the object's status.conditions."""
+    conds = (obj.get("status") or {}).get("conditions") or []
+    return {
+        str(c.get("type")): (str(c.get("status")), str(c.get("reason") or ""), str(c.get("message") or ""))
+        for c in conds
+        if isinstance(c, dict)
+    }
 
 
 def _judge_http(sc: StatusCheckSpec, res: dict[str, Any]) -> tuple[bool, str]:

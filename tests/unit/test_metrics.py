@@ -240,6 +240,11 @@ def test_megatest_parity_and_bounds(reg: CollectorRegistry) -> None:
     assert value(reg, "chaosflow_megatest_broken_volumes", condition="Quorum") == 0
     assert value(reg, "chaosflow_megatest_volumes") == 1
     m.megatest_volume_gone("rv-unknown")
+    m.megatest_volume_created("rv-3")  # tracked from its creation, before any transition
+    m.megatest_volume_created("rv-3")
+    assert value(reg, "chaosflow_megatest_volumes") == 2
+    m.megatest_volume_gone("rv-3")
+    assert value(reg, "chaosflow_megatest_volumes") == 1
     for i in range(10):
         m.megatest_incident(f"type-{i}")
         m.megatest_action(f"action-{i}", 1.5, ok=i % 2 == 0)
@@ -308,6 +313,42 @@ def test_paced_virtual_clock() -> None:
     assert c.now() == 1020.0
 
 
+def test_serve_metrics_serves_then_unregisters() -> None:
+    import socket
+    import urllib.request
+
+    from engine.runner import metrics_addr_problem, paced_or_virtual_clock, serve_metrics
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    clock = VirtualClock()
+    mgr = WorkflowManager(_NoPlayground(), clock)
+    err = io.StringIO()
+    for _ in range(2):  # served, closed, served again in the same process (default registry)
+        served = serve_metrics(f"127.0.0.1:{port}", mgr, err)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        finally:
+            served.close()
+        assert "chaosflow_leader 1.0" in text and "chaosflow_megatest_volumes 0.0" in text
+        mgr.phase_listeners.clear()
+        mgr.workflow_listeners.clear()
+        mgr.action_listeners.clear()
+    assert err.getvalue().count("serving metrics on http://127.0.0.1:") == 2
+    assert metrics_addr_problem("127.0.0.1:9090") is None and metrics_addr_problem(":9090") is None
+    assert metrics_addr_problem("[::1]:9090") is None
+    for bad in ("localhost", "host:port", "h:99999"):
+        assert metrics_addr_problem(bad), bad
+    assert isinstance(paced_or_virtual_clock(60.0), PacedVirtualClock)
+    assert type(paced_or_virtual_clock(None)) is VirtualClock
+
+
+class _NoPlayground:
+    """A playground without request counters (nothing to read at scrape time)."""
+
+
 def test_cli_flags() -> None:
     from engine.cli import _options, build_parser
 
@@ -315,6 +356,14 @@ def test_cli_flags() -> None:
     opts = _options(args)
     assert opts.metrics_addr == "127.0.0.1:9999"
     assert opts.pace == 60.0
+    from templates.library.megatest.options import options_from_args
+
+    args = build_parser().parse_args(
+        ["megatest", "--storage-classes", "a", "--metrics-addr", ":9999", "--pace", "120"]
+    )
+    o = options_from_args(args)
+    assert (o.metrics_addr, o.pace) == (":9999", 120.0)
+    assert o.problems() == []
 
 
 # --- docs, dashboard and rules agree with what is exported -------------------------------------------

@@ -43,6 +43,8 @@ class MegatestOptions:
     name: str = "megatest"
     sim_storage_nodes: int = 6
     sim_bugs: list[str] = field(default_factory=list)
+    metrics_addr: str | None = None  # HOST:PORT: serve Prometheus /metrics while the run lasts
+    pace: float | None = None  # sim: at most PACE virtual seconds per wall second
 
     @property
     def chaos(self) -> bool:
@@ -100,6 +102,19 @@ class MegatestOptions:
             if not self.vm_namespace:
                 out.append(
                     "chaos goroutines on a real cluster need --vm-namespace (the namespace of the VMs)"
+                )
+        if self.metrics_addr is not None:
+            from engine.runner import metrics_addr_problem
+
+            bad = metrics_addr_problem(self.metrics_addr)
+            if bad:
+                out.append(bad)
+        if self.pace is not None:
+            if not self.pace > 0:
+                out.append(f"--pace must be positive, got {self.pace:g}")
+            elif not self.sim:
+                out.append(
+                    "--pace paces the simulated clock: it needs the simulated clusters (no --kubeconfig)"
                 )
         if self.sim and known_storage_classes is not None:
             unknown = [s for s in self.storage_classes if s.split(":")[0] not in known_storage_classes]
@@ -162,9 +177,29 @@ def add_megatest_flags(p: argparse.ArgumentParser) -> None:
     o = p.add_argument_group("chaosflow")
     o.add_argument("--sim", action="store_true", help="simulated clusters (default without --kubeconfig)")
     o.add_argument("--duration", type=_duration, default=3600.0, help="how long the run lasts (1h)")
-    o.add_argument("--seed", type=int, default=0, help="seed of every random choice (0)")
+    o.add_argument("--seed", type=int, default=None, help="seed of every random choice (0)")
     o.add_argument("--name", default="megatest", help="workflow name (megatest)")
-    o.add_argument("-o", "--output", choices=["yaml"], help="yaml: print the Workflow instead of running it")
+    o.add_argument(
+        "-o",
+        "--output",
+        choices=["yaml", "cron"],
+        help="yaml: print the Workflow instead of running it; cron: print a CronWorkflow running it on "
+        "--schedule (docs/megatest.md, Scheduling megatests)",
+    )
+    o.add_argument(
+        "--schedule",
+        action="append",
+        default=[],
+        metavar="CRON",
+        help='-o cron: when to run, e.g. "0 2 * * *" (repeatable; docs/cron.md)',
+    )
+    o.add_argument(
+        "--concurrency-policy",
+        choices=["Allow", "Forbid", "Replace"],
+        default=None,
+        help="-o cron: a tick while the previous megatest still runs (Forbid)",
+    )
+    o.add_argument("--timezone", default=None, metavar="TZ", help="-o cron: IANA zone of --schedule (UTC)")
     o.add_argument("--report", choices=["text", "json"], default="text", help="report format (text)")
     o.add_argument("--sim-storage-nodes", type=int, default=6, help="sim: storage nodes / VMs (6)")
     o.add_argument(
@@ -174,6 +209,18 @@ def add_megatest_flags(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help="sim: inject a controller bug (actors.sim.rv.RVBugs field, e.g. "
         "quorum_not_regained_after_split_brain); repeatable",
+    )
+    o.add_argument(
+        "--metrics-addr",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics (engine and megatest figures) on http://HOST:PORT/metrics while "
+        "the run lasts (docs/metrics.md)",
+    )
+    o.add_argument(
+        "--pace",
+        type=float,
+        metavar="FACTOR",
+        help="sim: run the virtual clock no faster than FACTOR x wall time (watch or scrape it live)",
     )
 
 
@@ -208,8 +255,10 @@ def options_from_args(a: argparse.Namespace) -> MegatestOptions:
         chaos_partition_group_size=a.chaos_partition_group_size,
         sim=not a.kubeconfig,
         duration=a.duration,
-        seed=a.seed,
+        seed=a.seed if a.seed is not None else 0,
         name=a.name,
         sim_storage_nodes=a.sim_storage_nodes,
         sim_bugs=list(a.sim_bug),
+        metrics_addr=getattr(a, "metrics_addr", None),
+        pace=getattr(a, "pace", None),
     )

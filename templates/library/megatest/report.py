@@ -1,6 +1,13 @@
-"""megatest's logging and report: a phase listener that logs every action's start and end (rv,
-action, parameters, result, duration) and the checker's observations, and collects the figures of
-the final report (per-RV transition counts, incidents, actions, RVs created/deleted)."""
+"""megatest's logging, live metrics and report.
+
+:class:`MegatestRecorder` listens to the engine (``attach(manager)``): as a phase listener it logs
+every action's start and end (rv, action, parameters, result, duration); as an observation
+listener it logs each condition change the volume-checker's watch sees, when it sees it (rv,
+condition, expected, observed, reason, message, the running transition count). Every line carries
+``at``, the run's clock (virtual on the sim). With a :class:`~engine.metrics.Metrics` it feeds the
+megatest figures live (condition transitions, volumes created and gone, incidents, actions), and it
+collects the final report (per-RV transition counts, incidents, actions, RVs created/deleted).
+"""
 
 from __future__ import annotations
 
@@ -10,9 +17,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
+from engine.clock import rfc3339
 from engine.phases import NodePhase
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from engine.manager import WorkflowManager
+    from engine.metrics import Metrics
+    from engine.phases import Observation
     from engine.runtime import Node, WorkflowRun
 
 log = logging.getLogger("chaosflow.megatest")
@@ -31,6 +44,8 @@ INCIDENTS = {
     "pod-destroyer-controller-kill": "pod-destroy-controller",
 }
 CONDITIONS = ("IOReady", "Quorum")
+#: the StatusCheck template whose observations are the seed's volume-checker
+CHECKER = "volume-checker"
 
 
 @dataclass
@@ -118,15 +133,56 @@ def _result(node: Node) -> dict[str, Any]:
 
 
 class MegatestRecorder:
-    """Attach with ``manager.phase_listeners.append(recorder)``."""
+    """Attach with :meth:`attach` (a phase listener and an observation listener of the manager).
+    ``metrics``: fed live with the megatest figures (``Metrics.megatest_*``)."""
 
-    def __init__(self, main: str) -> None:
+    def __init__(self, main: str, metrics: Metrics | None = None) -> None:
         self.main = main
+        self.metrics = metrics
         self.volumes: dict[str, VolumeRecord] = {}
         self.actions: dict[str, ActionStats] = {}
         self.incidents: Counter[str] = Counter()
         self.skipped_reboots = 0
         self.cleanup_failures: list[str] = []
+        self._now: Callable[[], float] | None = None
+
+    def attach(self, manager: WorkflowManager) -> MegatestRecorder:
+        self._now = manager.clock.now
+        manager.phase_listeners.append(self)
+        manager.observation_listeners.append(self.observe)
+        return self
+
+    def _at(self) -> str | None:
+        return rfc3339(self._now()) if self._now is not None else None
+
+    def observe(self, run: WorkflowRun, node: Node, ob: Observation, now: float) -> None:
+        """The checker's watch saw a condition change (``templates/statuscheck.py``): log it and
+        count it now, not when the checker ends."""
+        if node.template != CHECKER:
+            return
+        d = ob.data
+        cond = d.get("condition")
+        rec = self.volume(run)
+        rv = rec.rv
+        if cond:
+            rec.transitions[cond] = int(d.get("transitions", 0))
+            if self.metrics is not None:
+                self.metrics.megatest_condition_transition(rv, cond)
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "watch",
+                extra={
+                    "rv": rv,
+                    "condition": cond or "exists",
+                    "expected": d.get("expected"),
+                    "observed": d.get("observed"),
+                    "reason": d.get("reason", ""),
+                    "detail": d.get("message", ""),
+                    "transitions": d.get("transitions"),
+                    "at": rfc3339(now),
+                    "workflow": run.name,
+                },
+            )
 
     def volume(self, run: WorkflowRun) -> VolumeRecord:
         rv = _rv_of(run)
@@ -146,28 +202,23 @@ class MegatestRecorder:
         ):
             log.info(
                 "action started",
-                extra={"rv": rv, "action": tmpl, "parameters": _params_of(node), "workflow": run.name},
+                extra={
+                    "rv": rv,
+                    "action": tmpl,
+                    "parameters": _params_of(node),
+                    "at": self._at(),
+                    "workflow": run.name,
+                },
             )
         if not node.phase.finished:
             return
         took = (node.finish_time or 0.0) - (node.start_time or node.finish_time or 0.0)
         ok = node.phase is NodePhase.SUCCEED
-        if tmpl == "volume-checker":
+        if tmpl == CHECKER:  # its changes were logged and counted live (observe); the final counts
             rec = self.volume(run)
             counts = node.outputs.get("conditionTransitions") or {}
             rec.checked = True
             rec.transitions = {c: int(counts.get(c, 0)) for c in CONDITIONS}
-            for h in node.outputs.get("history") or []:
-                if h.get("message", "").startswith("watch:"):
-                    log.info(
-                        "watch",
-                        extra={
-                            "rv": rv,
-                            "expected": "IOReady=True, Quorum=True",
-                            "observed": h["message"][7:],
-                            "at": h.get("time"),
-                        },
-                    )
         if node.kind not in ACTION_KINDS:
             if tmpl == "volume-main":
                 rec = self.volume(run)
@@ -181,6 +232,8 @@ class MegatestRecorder:
         level = logging.INFO if ok else logging.WARNING
         if log.isEnabledFor(level):
             self._log_end(run, node, level, rv, tmpl, took)
+        if self.metrics is not None:
+            self.metrics.megatest_action(tmpl, took, ok)
         self._count(run, node, rv, tmpl, ok)
 
     def _log_end(self, run: WorkflowRun, node: Node, level: int, rv: str, tmpl: str, took: float) -> None:
@@ -196,25 +249,34 @@ class MegatestRecorder:
                 "outputs": result,
                 "detail": node.message,
                 "duration": round(took, 3),
+                "at": self._at(),
                 "workflow": run.name,
             },
         )
 
     def _count(self, run: WorkflowRun, node: Node, rv: str, tmpl: str, ok: bool) -> None:
+        m = self.metrics
         if tmpl == "volume-create-rv" and ok:
             self.volume(run).created = True
+            if m is not None:
+                m.megatest_volume_created(rv)
         elif tmpl == "volume-delete-rv":
             rec = self.volume(run)
             if ok:
                 rec.deleted = True
+                if m is not None:
+                    m.megatest_volume_gone(rv)
             else:
                 rec.message = node.message  # the exit handler deletes it again; judged in finish()
         elif tmpl in INCIDENTS and ok:
             if tmpl == "chaos-vm-reboot" and node.outputs.get("skipped"):
                 self.skipped_reboots += 1
-                self.incidents["vm-reboot-skipped"] += 1
+                kind = "vm-reboot-skipped"
             else:
-                self.incidents[INCIDENTS[tmpl]] += 1
+                kind = INCIDENTS[tmpl]
+            self.incidents[kind] += 1
+            if m is not None:
+                m.megatest_incident(kind)
 
     # --- the report ----------------------------------------------------------------------------
     def finish(self, runs: list[WorkflowRun]) -> None:
