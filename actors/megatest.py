@@ -39,6 +39,14 @@ CILIUM_API = "cilium.io/v2"
 STORAGE_NODE_LABEL = "storage.deckhouse.io/sds-replicated-volume-node"
 VM_NAME_LABEL = "vm.kubevirt.internal.virtualization.deckhouse.io/name"
 JOB_IMAGE = "krpsh/iperf3:0.1.0"
+JOB_NAMESPACE = "default"
+#: activeDeadlineSeconds of the Job that removes the iptables rule of an interrupted losses
+#: incident (the seed's "del-iptables" Job without its sleep)
+RULE_CLEANUP_DEADLINE = 120
+RULE_CLEANUP_TTL = 3600
+DEL_SUFFIX = "-del-iptables"
+#: label (value "true") of the Job that removes the rule of an interrupted losses incident
+CLEANUP_LABEL = "megatest.chaosflow.io/iptables-cleanup"
 FINISHED_VMOP = ("Failed", "Completed")
 
 
@@ -323,15 +331,17 @@ class NetworkBlock:
             playground.delete(r["cluster"], r["apiVersion"], r["kind"], r.get("namespace"), r["name"])
 
 
-def _job(name: str, node: str, script: str, lifetime: int) -> dict[str, Any]:
+def _job(name: str, node: str, script: str, lifetime: int, deadline: int | None = None) -> dict[str, Any]:
+    """The seed's Job: ttlSecondsAfterFinished incident_lifetime + 4, activeDeadlineSeconds
+    incident_lifetime + 2 (or ``deadline``)."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": JOB_NAMESPACE},
         "spec": {
             "ttlSecondsAfterFinished": lifetime + 4,
             "backoffLimit": 0,
-            "activeDeadlineSeconds": lifetime + 2,
+            "activeDeadlineSeconds": lifetime + 2 if deadline is None else deadline,
             "template": {
                 "spec": {
                     "restartPolicy": "Never",
@@ -360,15 +370,18 @@ def losses_scripts(job: str, peer_ip: str, loss: float, lifetime: int) -> tuple[
         f'-m comment --comment "{job}"\n'
         'echo "iptables rule added"\n'
     )
-    delete = (
-        "set -e\n"
-        f"sleep {lifetime}\n"
-        f'COMMENT="{job}"\n'
+    return add, delete_rule_script(job, lifetime)
+
+
+def delete_rule_script(comment: str, sleep: int) -> str:
+    """The seed's "del-iptables" script: after ``sleep`` seconds (none when 0), delete every
+    INPUT rule carrying ``comment`` (the name of the Job that added it)."""
+    return (
+        "set -e\n" + (f"sleep {sleep}\n" if sleep > 0 else "") + f'COMMENT="{comment}"\n'
         'while iptables -L INPUT --line-numbers | grep -q "$COMMENT"; do\n'
         "  iptables -D INPUT $(iptables -L INPUT --line-numbers | grep -F \"$COMMENT\" | head -n1 | awk '{print $1}')\n"
         "done\n"
     )
-    return add, delete
 
 
 def latency_script(peer_ip: str, lifetime: int) -> str:
@@ -418,7 +431,7 @@ class NetworkDegrade:
         for j in jobs:
             jname = j["metadata"]["name"]
             # the seed: a Job of the same name is deleted before creating
-            playground.delete(ctx.cluster, "batch/v1", "Job", "default", jname)
+            playground.delete(ctx.cluster, "batch/v1", "Job", JOB_NAMESPACE, jname)
             j["metadata"]["labels"] = dict(ctx.labels)
             playground.create(ctx.cluster, j)
             refs.append(
@@ -426,7 +439,7 @@ class NetworkDegrade:
                     "cluster": ctx.cluster,
                     "apiVersion": "batch/v1",
                     "kind": "Job",
-                    "namespace": "default",
+                    "namespace": JOB_NAMESPACE,
                     "name": jname,
                 }
             )
@@ -441,8 +454,68 @@ class NetworkDegrade:
         return refs
 
     def recover(self, playground: Playground, refs: list[ObjectRef], ctx: ChaosContext) -> None:
-        for r in refs:
+        """Deletes the Jobs. Deleting a Job does not undo what it did on the host, so a losses
+        incident whose "del-iptables" Job has not succeeded (interrupted, or its pod started too
+        late for its ``activeDeadlineSeconds``) gets that Job replaced by an immediate one (the
+        same script without the sleep) before anything is deleted; until that one succeeded this
+        raises, and the engine calls recover again with backoff."""
+        others = [r for r in refs if not r["name"].endswith(DEL_SUFFIX)]
+        for r in others:  # the add-iptables / iperf3 Jobs first: no rule is added after this
             playground.delete(r["cluster"], r["apiVersion"], r["kind"], r.get("namespace"), r["name"])
+        pending = [
+            r["name"]
+            for r in refs
+            if r["name"].endswith(DEL_SUFFIX) and not _rule_removed(playground, r, ctx.labels)
+        ]
+        if pending:
+            raise ActorError(f"waiting for the iptables rule cleanup Job(s) {', '.join(pending)} to succeed")
+        for r in refs:
+            if r["name"].endswith(DEL_SUFFIX):
+                playground.delete(r["cluster"], r["apiVersion"], r["kind"], r.get("namespace"), r["name"])
+
+
+def _job_done(job: dict[str, Any]) -> str | None:
+    """The outcome of a Job: "succeeded", "failed" or None (still running, or not started)."""
+    status = job.get("status") or {}
+    if int(status.get("succeeded") or 0) > 0:
+        return "succeeded"
+    for c in status.get("conditions") or []:
+        if c.get("type") in ("Complete", "SuccessCriteriaMet") and c.get("status") == "True":
+            return "succeeded"
+        if c.get("type") in ("Failed", "FailureTarget") and c.get("status") == "True":
+            return "failed"
+    if int(status.get("failed") or 0) > 0:
+        return "failed"
+    return None
+
+
+def _rule_removed(playground: Playground, ref: ObjectRef, labels: dict[str, str]) -> bool:
+    """Whether the iptables rule of this "del-iptables" Job is known to be gone; if not, makes
+    sure an immediate cleanup Job (same name, labelled CLEANUP_LABEL) is on its way."""
+    cluster, ns, name = ref["cluster"], ref.get("namespace") or JOB_NAMESPACE, ref["name"]
+    job = playground.get(cluster, "batch/v1", "Job", ns, name)
+    done = _job_done(job) if job is not None else None
+    if done == "succeeded":
+        return True  # the seed's Job (after its sleep) or our cleanup Job removed the rule
+    ours = (((job or {}).get("metadata") or {}).get("labels") or {}).get(CLEANUP_LABEL) == "true"
+    if job is not None and (done == "failed" or not ours):
+        # the seed's Job, still sleeping or failed (e.g. activeDeadlineSeconds), or a failed
+        # cleanup Job: replace it
+        if not playground.delete(cluster, "batch/v1", "Job", ns, name):
+            return False  # still terminating: next attempt
+        job = None
+    if job is None:
+        node = name[: -len(DEL_SUFFIX)]
+        cleanup = _job(name, node, delete_rule_script(f"{node}-add-iptables", 0), 0, RULE_CLEANUP_DEADLINE)
+        cleanup["metadata"]["labels"] = {**labels, CLEANUP_LABEL: "true"}
+        # kept after it finished until recover deleted it (a ttl-collected one would look missing)
+        cleanup["spec"]["ttlSecondsAfterFinished"] = RULE_CLEANUP_TTL
+        log.info(
+            "megatest: the iptables rule of an interrupted losses incident is removed by a Job",
+            extra={"job": name, "node": node},
+        )
+        playground.create(cluster, cleanup)
+    return False
 
 
 class VMReboot(_Action):
