@@ -713,6 +713,12 @@ def validate_cron_workflow(cron: CronWorkflow, filename: str, base: Path = ()) -
                 parse_schedule(spec.schedule, spec.timezone)
             except ScheduleError as e:
                 issues.append(ValidationIssue(filename, (*sp, "schedule"), str(e)))
+    if spec.workflowMetadata is not None:
+        from engine.simworld import sim_world_issues
+
+        issues += sim_world_issues(
+            spec.workflowMetadata.annotations, filename, (*sp, "workflowMetadata", "annotations")
+        )
     # the child workflow: same checks as a Workflow file, reported under spec.workflowSpec
     probe = Workflow(metadata=ObjectMeta(name=child_name(cron.name, 0)), spec=spec.workflowSpec)
     for issue in validate_workflow(probe, filename):

@@ -40,6 +40,13 @@ from engine.errors import InputError
 from engine.manager import WorkflowManager
 from engine.model import Workflow
 from engine.runtime import WorkflowRun
+from engine.simworld import (
+    ANNOTATION_SIM_WORLD,
+    SimWorldRequest,
+    build_sim_world,
+    restore_sim_world,
+    sim_world_of,
+)
 from engine.store import SQLiteStore
 from triggers.cron import ScheduleError, ScheduleSet
 from triggers.operable import OperableTrigger
@@ -61,8 +68,10 @@ class CronRunOptions:
     start: str | None = None  # virtual time to start at (later than a stored clock = downtime)
     next: int | None = None  # only print the next N fire times
     world: str | None = None
+    file: str | None = None  # where the CronWorkflows came from (for messages)
     checkpoint_interval: float = 0.25
     crash_after_events: int | None = None  # testing hook: os._exit(137) after N engine events
+    metrics: Any = None  # an engine.metrics.Metrics: cron_run_triggered / cron_run_skipped
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
 
@@ -225,6 +234,7 @@ class LocalCronRunner:
 
         self.crons = crons
         self.opts = opts
+        request = self._requested_world()  # before anything is written
         stored = _read_state(opts.state)
         self.resumed = stored is not None
         seed = opts.seed
@@ -251,15 +261,12 @@ class LocalCronRunner:
         self.manager = WorkflowManager(self.world.playground, self.clock, self.trigger, self.store)
         self.backend = ManagerCronBackend(self.manager, self.store)
         statuses: dict[str, Any] = {}
+        self.sim_world = self._setup_world(stored, request)
         if stored:
-            if stored["sim"] is not None:
-                self.world.restore(stored["sim"])
             assert self.store is not None
             for run in self.store.load_all():
                 self.manager.adopt(run)
             statuses = {c.key: self.store.get_meta(_status_key(c)) for c in crons}
-        else:
-            self.world.load_world_file(opts.world)
         self.drivers: list[CronDriver] = []
         for cron in crons:
             raw = statuses.get(cron.key)
@@ -273,13 +280,61 @@ class LocalCronRunner:
             store.snapshots["clock"] = self.clock.now
             for d in self.drivers:
                 store.snapshots[_status_key(d.cron)] = self._status_getter(d)
-            store.put_meta("options", {"seed": seed})
+            meta: dict[str, Any] = {"seed": seed}
+            if self.sim_world is not None:
+                meta["simWorld"] = self.sim_world.to_dict()
+            store.put_meta("options", meta)
         self.seen: dict[str, _Seen] = {}
         self.submitted: list[str] = []  # children submitted by this invocation, in order
         self._wakes: set[float] = set()
         self._resync = False
         self._stopped = False
         self.manager.workflow_listeners.append(self._on_workflow)
+
+    def _requested_world(self) -> SimWorldRequest | None:
+        """The world the children ask for (``chaosflow.io/sim-world`` in
+        ``spec.workflowMetadata.annotations``); ValidationFailed when invalid."""
+        filename = self.opts.file or "CronWorkflow"
+        multi = len(self.crons) > 1
+        return sim_world_of(
+            [
+                (
+                    (c.spec.workflowMetadata.annotations if c.spec.workflowMetadata else {}),
+                    f"{filename} ({c.key})" if multi else filename,
+                    ("spec", "workflowMetadata", "annotations"),
+                )
+                for c in self.crons
+            ]
+        )
+
+    def _setup_world(
+        self, stored: dict[str, Any] | None, request: SimWorldRequest | None
+    ) -> SimWorldRequest | None:
+        """The simulated cluster: the world file, plus the requested world, built once for the
+        whole run: the children share it as they would share a real cluster. From ``--state`` the
+        stored world is restored with its controllers."""
+        filename = self.opts.file or "CronWorkflow"
+        if not stored:
+            self.world.load_world_file(self.opts.world)
+            if request is not None:
+                build_sim_world(self.world, request)
+            return request
+        raw = stored["options"].get("simWorld")
+        had = SimWorldRequest.from_dict(raw) if raw else None
+        if stored["sim"] is not None:
+            restore_sim_world(self.world, stored["sim"], had)
+        elif had is not None:  # stopped before the first checkpoint of the world
+            build_sim_world(self.world, had)
+        if request is not None and had is not None and request != had:
+            raise InputError(
+                filename,
+                ("spec", "workflowMetadata", "annotations", ANNOTATION_SIM_WORLD),
+                f"differs from the simulated world of the state {self.opts.state} "
+                f"({had.annotation()}); the children share that world: use a new --state",
+            )
+        if request is not None and had is None:  # the state has no such world yet: add it now
+            build_sim_world(self.world, request)
+        return request or had
 
     @staticmethod
     def _status_getter(d: CronDriver) -> Any:
@@ -298,7 +353,11 @@ class LocalCronRunner:
             self.submitted.append(a.name)
             late = " (catch-up)" if a.catch_up else ""
             self._say(f"{cron.name}: submit {a.name} for {_local(a.scheduled_time, sched)}{late}")
+            if self.opts.metrics is not None:
+                self.opts.metrics.cron_run_triggered(cron.spec.concurrencyPolicy)
         elif isinstance(a, SkipTick):
+            if self.opts.metrics is not None:
+                self.opts.metrics.cron_run_skipped(cron.spec.concurrencyPolicy, a.reason.value, a.count)
             n = f" x{a.count}" if a.count > 1 else ""
             self._say(
                 f"{cron.name}: skip {_local(a.scheduled_time, sched)}{n} ({a.reason.value}: {a.message})"
@@ -539,6 +598,7 @@ def cmd_cron(args: Any) -> int:
         start=args.start,
         next=args.next,
         world=args.world,
+        file=args.file,
         checkpoint_interval=args.checkpoint,
         crash_after_events=int(crash) if crash else None,
     )

@@ -303,6 +303,9 @@ def validate_workflow(wf: Workflow, filename: str, base: Path = ()) -> list[Vali
     from templates.statuscheck import unbounded_check_issues
 
     issues += [ValidationIssue(filename, (*base, *p), msg) for p, msg in unbounded_check_issues(wf)]
+    from engine.simworld import sim_world_issues
+
+    issues += sim_world_issues(meta.annotations, filename, (*base, "metadata", "annotations"))
     return issues
 
 

@@ -195,3 +195,43 @@ def test_every_example_validates() -> None:
     for f in files:
         if validate_cron_file(str(f)) is None:  # a CronWorkflow file is validated by the cron loader
             load_workflows_text(f.read_bytes(), str(f))
+
+
+def test_sim_world_annotation_is_validated_in_workflows_and_cron_workflows() -> None:
+    from engine.cron import load_cron_workflows_text
+
+    bad = '\'{"kind":"replicated-volumes","storageClasses":["a",3],"bugs":["nope"]}\''
+    text = f"""apiVersion: chaosflow.io/v1alpha1
+kind: Workflow
+metadata:
+  name: wf
+  annotations:
+    chaosflow.io/sim-world: {bad}
+spec:
+  entry: s
+  templates: [{{name: s, templateType: Suspend, deadline: 1s, duration: 1s}}]
+"""
+    at = 'wf.yaml: metadata.annotations["chaosflow.io/sim-world"]'
+    assert issues_of(text) == [
+        f"{at}.storageClasses[1]: expected a string, got int",
+        f'{at}.bugs[0]: unknown bug "nope" (known: '
+        + issues_of(text)[1].split("(known: ", 1)[1],
+    ]
+    cron = """apiVersion: chaosflow.io/v1alpha1
+kind: CronWorkflow
+metadata: {name: nightly}
+spec:
+  schedule: "@daily"
+  workflowMetadata:
+    annotations:
+      chaosflow.io/sim-world: '{"kind":"other"}'
+  workflowSpec:
+    entry: s
+    templates: [{name: s, templateType: Suspend, duration: 1s}]
+"""
+    with pytest.raises(ValidationFailed) as ei:
+        load_cron_workflows_text(cron, "c.yaml")
+    got = [str(i) for i in ei.value.issues]
+    at = 'c.yaml: spec.workflowMetadata.annotations["chaosflow.io/sim-world"]'
+    assert f"{at}.kind: unknown kind 'other' (known: replicated-volumes)" in got, got
+    assert any(g.startswith(f"{at}.storageClasses: required") for g in got), got

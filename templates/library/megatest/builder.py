@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import actors.megatest  # noqa: F401  (registers the megatest chaos actors)
+from actors.megatest import JOB_NAMESPACE
 from engine.duration import format_duration
 from engine.model import Workflow
 from templates.library.megatest.options import MegatestOptions
@@ -488,7 +489,7 @@ def chaos_templates(o: MegatestOptions) -> list[dict[str, Any]]:
             "chaos-startup-cleanup",
             "Serial",
             "at start-up, remove leftovers of earlier runs: every CiliumNetworkPolicy in the parent "
-            "cluster, every Job in the nested cluster",
+            "cluster, every Job in the nested cluster's Job namespace (where the chaos Jobs run)",
             children=["chaos-cleanup-policies", "chaos-cleanup-jobs"],
         ),
         _chaos(
@@ -500,9 +501,9 @@ def chaos_templates(o: MegatestOptions) -> list[dict[str, Any]]:
         ),
         _chaos(
             "chaos-cleanup-jobs",
-            "delete all Jobs in the nested cluster",
+            "delete all Jobs in the nested cluster's Job namespace (not the system namespaces' Jobs)",
             "megatest-delete-all",
-            {"apiVersion": "batch/v1", "kind": "Job"},
+            {"apiVersion": "batch/v1", "kind": "Job", "namespace": JOB_NAMESPACE},
         ),
     ]
     if o.enable_chaos_network_block:
@@ -639,6 +640,20 @@ def chaos_templates(o: MegatestOptions) -> list[dict[str, Any]]:
     return ts
 
 
+def _annotations(o: MegatestOptions) -> dict[str, str]:
+    """The Workflow's annotations; on the sim, ``chaosflow.io/sim-world`` asks the local runners
+    (``chaosflow run``/``resume``/``cron``) to build the replicated-volume world it plays in."""
+    out = {"megatest.chaosflow.io/storage-classes": ",".join(o.storage_classes)}
+    if o.sim:
+        from engine.simworld import ANNOTATION_SIM_WORLD, SIM_WORLD_RV, SimWorldRequest
+
+        req = SimWorldRequest(
+            SIM_WORLD_RV, tuple(o.storage_classes), o.sim_storage_nodes, o.vm_ns, tuple(o.sim_bugs)
+        )
+        out[ANNOTATION_SIM_WORLD] = req.annotation()
+    return out
+
+
 def build_workflow(o: MegatestOptions) -> Workflow:
     goroutines: list[str] = []
     ts: list[dict[str, Any]] = []
@@ -708,7 +723,9 @@ def build_workflow(o: MegatestOptions) -> Workflow:
             "a random scName, a random vol_period and a random rvName: start volume-main(rvName, scName, vol_period)",
             workflow={
                 "from": "volume-main",
-                "name": "vol",
+                # named after the running megatest: node names restart in every run, so a later or
+                # overlapping megatest in the same namespace would meet this one's volume workflows
+                "name": "{{ workflow.name }}-vol",
                 "wait": False,
                 "stopWithParent": True,
                 "labels": {ROLE_LABEL: "volume"},
@@ -732,7 +749,7 @@ def build_workflow(o: MegatestOptions) -> Workflow:
         "metadata": {
             "name": o.name,
             "labels": {ROLE_LABEL: "main"},
-            "annotations": {"megatest.chaosflow.io/storage-classes": ",".join(o.storage_classes)},
+            "annotations": _annotations(o),
         },
         "spec": {
             "entry": "megatest",
