@@ -287,6 +287,10 @@ class MegatestRecorder:
             rec = self.volume(r)
             if rec.phase == "Running":
                 rec.phase, rec.message = r.phase.value, r.message
+            if r.phase.value == "Failed" and (r.message or "").startswith("parent workflow"):
+                # stopped with the megatest (its --duration ended, or it was aborted): not a failure
+                # of the volume itself; its teardown still ran (see deleted / cleanupFailures)
+                rec.phase, rec.message = "Stopped", r.message
             if rec.created and not rec.deleted:
                 self.cleanup_failures.append(f"rv {rec.rv}: not deleted ({rec.message or r.message})")
 
