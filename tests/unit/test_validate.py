@@ -214,8 +214,7 @@ spec:
     at = 'wf.yaml: metadata.annotations["chaosflow.io/sim-world"]'
     assert issues_of(text) == [
         f"{at}.storageClasses[1]: expected a string, got int",
-        f'{at}.bugs[0]: unknown bug "nope" (known: '
-        + issues_of(text)[1].split("(known: ", 1)[1],
+        f'{at}.bugs[0]: unknown bug "nope" (known: ' + issues_of(text)[1].split("(known: ", 1)[1],
     ]
     cron = """apiVersion: chaosflow.io/v1alpha1
 kind: CronWorkflow
