@@ -452,8 +452,10 @@ def test_an_invalid_sim_world_is_reported_at_its_path(
     w.write_text(yaml.safe_dump(wf))
     assert main(["run", str(w), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert f'Workflow default/mt: metadata.annotations["chaosflow.io/sim-world"]{where}: ' in err
+    assert f'{w}: metadata.annotations["chaosflow.io/sim-world"]{where}: ' in err  # as validate says
     assert message in err and "Traceback" not in err
+    assert main(["validate", str(w)]) == 2
+    assert f'{w}: metadata.annotations["chaosflow.io/sim-world"]{where}: ' in capsys.readouterr().err
 
 
 # --- the example ------------------------------------------------------------------------------

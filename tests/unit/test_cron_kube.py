@@ -116,7 +116,14 @@ class FakeEvents:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str, str]] = []
 
-    def emit_object(self, involved: dict[str, Any], etype: str, reason: str, message: str) -> None:
+    def emit_object(
+        self,
+        involved: dict[str, Any],
+        etype: str,
+        reason: str,
+        message: str,
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.events.append((involved["kind"], etype, reason, message))
 
 
