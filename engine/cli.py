@@ -155,12 +155,29 @@ _CONTROL_HELP = {
 }
 
 
+_KUBE_CONTROL = """
+Kubernetes form: `chaosflow %s --kubeconfig PATH [--context NAME] [-n NAMESPACE] NAME%s` sets the
+Workflow's control annotation (merge patch; docs/design.md) and waits until the controller's status
+shows it applied. Exit 0 applied, 1 rejected (finished workflow, forbidden, not applied within
+--wait), 2 bad input (no such workflow)."""
+
+
 def _add_control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for action, (short, long) in _CONTROL_HELP.items():
-        p = sub.add_parser(action, help=short, description=long)
-        p.add_argument("state", metavar="STATE", help="the SQLite state of the run (`run --state`)")
+        nodes = action in ("suspend", "unsuspend")
+        p = sub.add_parser(
+            action,
+            help=short,
+            description=long + _KUBE_CONTROL % (action, " [--node X]" if nodes else ""),
+        )
+        p.add_argument(
+            "state",
+            metavar="STATE|NAME",
+            help="the SQLite state of the run (`run --state`); with --kubeconfig/--context/-n: the "
+            "Workflow object's name",
+        )
         p.add_argument("--workflow", metavar="NAME", help="only this workflow (name or namespace/name)")
-        if action in ("suspend", "unsuspend"):
+        if nodes:
             p.add_argument("--node", metavar="NAME", help="a node name (e.g. approve-3) or a template name")
         else:
             p.add_argument("--message", metavar="TEXT", help="why (shown as the workflow's message)")
@@ -169,7 +186,13 @@ def _add_control_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser
             type=float,
             default=30.0,
             metavar="SECONDS",
-            help="how long to wait for the running engine to apply it (default 30)",
+            help="how long to wait for the running engine (or the controller) to apply it (default 30; "
+            "Kubernetes form: 0 = do not wait)",
+        )
+        p.add_argument("--kubeconfig", metavar="PATH", help="Kubernetes form: the controller's cluster")
+        p.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+        p.add_argument(
+            "-n", "--namespace", metavar="NS", help="the Workflow's namespace (default: the context's)"
         )
 
 
@@ -312,8 +335,24 @@ def _parameters(args: list[str]) -> dict[str, Any]:
 
 
 def cmd_control(args: argparse.Namespace) -> int:
-    from engine.control import send_control
+    from engine.control import kube_control, send_control
 
+    if args.kubeconfig or args.context or args.namespace:
+        for flag in ("workflow", "message"):
+            if getattr(args, flag, None):
+                print(f"--{flag} is for the local form (chaosflow {args.command} STATE)", file=sys.stderr)
+                return EXIT_INVALID
+        return kube_control(
+            args.command,
+            args.state,
+            namespace=args.namespace,
+            kubeconfig=args.kubeconfig,
+            context=args.context,
+            node=getattr(args, "node", None),
+            wait=args.wait,
+            out=sys.stdout,
+            err=sys.stderr,
+        )
     return send_control(
         args.state,
         args.command,

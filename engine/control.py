@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -301,3 +301,500 @@ def send_control(
         return 1 if bad else 0
     finally:
         store.close()
+
+
+# --- Kubernetes mode: controls as annotations on the Workflow object ---------------------------------
+#: stop (Argo's stop: cleanup, exit handlers); the Chaos Mesh spelling is accepted too
+ANN_ABORT = "chaosflow.io/abort"
+ANN_ABORT_CHAOS_MESH = "workflow.chaos-mesh.org/abort"
+#: terminate (no exit handlers; chaos still removed)
+ANN_TERMINATE = "chaosflow.io/terminate"
+#: "true": the workflow is suspended; "false" or absent: it runs
+ANN_SUSPEND = "chaosflow.io/suspend"
+#: "a,b": these nodes (node or template names) are suspended; absent or "": none
+ANN_SUSPEND_NODES = "chaosflow.io/suspend-nodes"
+#: "a,b": end these Suspend steps (node or template names); finished nodes are ignored
+ANN_APPROVE = "chaosflow.io/approve"
+CONTROL_ANNOTATIONS = (
+    ANN_ABORT,
+    ANN_ABORT_CHAOS_MESH,
+    ANN_TERMINATE,
+    ANN_SUSPEND,
+    ANN_SUSPEND_NODES,
+    ANN_APPROVE,
+)
+
+
+@dataclass(frozen=True)
+class AnnotationControls:
+    """What a Workflow's annotations ask for (level-based: the state wanted, not a command)."""
+
+    stop: bool = False
+    terminate: bool = False
+    suspend: bool = False
+    suspend_nodes: tuple[str, ...] = ()
+    approve: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # annotations with a value that is neither "true" nor "false"
+
+
+def _flag(ann: Mapping[str, Any], key: str, problems: list[str]) -> bool:
+    raw = ann.get(key)
+    if raw is None:
+        return False
+    value = str(raw).strip().lower()
+    if value == "true":
+        return True
+    if value not in ("false", ""):
+        problems.append(f'{key}: "{raw}" is neither "true" nor "false" (ignored)')
+    return False
+
+
+def split_names(raw: Any) -> tuple[str, ...]:
+    """``"a, b,,c a"`` -> ``("a", "b", "c")``: comma- or space-separated, no empties, no repeats."""
+    if raw is None:
+        return ()
+    out: list[str] = []
+    for part in str(raw).replace(",", " ").split():
+        if part not in out:
+            out.append(part)
+    return tuple(out)
+
+
+def parse_annotations(annotations: Mapping[str, Any] | None) -> AnnotationControls:
+    """The controls asked for by a Workflow object's ``metadata.annotations``."""
+    ann = annotations or {}
+    problems: list[str] = []
+    stop = _flag(ann, ANN_ABORT, problems)
+    stop = _flag(ann, ANN_ABORT_CHAOS_MESH, problems) or stop
+    return AnnotationControls(
+        stop=stop,
+        terminate=_flag(ann, ANN_TERMINATE, problems),
+        suspend=_flag(ann, ANN_SUSPEND, problems),
+        suspend_nodes=split_names(ann.get(ANN_SUSPEND_NODES)),
+        approve=split_names(ann.get(ANN_APPROVE)),
+        problems=tuple(problems),
+    )
+
+
+def _covered(node: Node, names: tuple[str, ...]) -> bool:
+    return node.name in names or node.template in names
+
+
+def _could_name(run: WorkflowRun, name: str) -> bool:
+    """A node, a template, or a node to come (``<template>-<counter>``, as node names are made)."""
+    if name in run.nodes or name in run.templates:
+        return True
+    template, _, counter = name.rpartition("-")
+    return counter.isdigit() and template in run.templates
+
+
+class AnnotationReconciler:
+    """Brings a live run in line with its Workflow's control annotations (engine thread only).
+
+    Level-based and idempotent: each call compares what the annotations ask for with the run's
+    state (restored from status after a restart) and does only the difference, so re-reading the
+    same annotations — a watch event for an unrelated change, a restarted controller adopting the
+    object — does nothing more. Returns ``(event type, reason, message)`` for what it did."""
+
+    def __init__(self, manager: WorkflowManager) -> None:
+        self.manager = manager
+        # per workflow: Suspend nodes resumed and the aborts sent by this process (their events
+        # may not have been processed yet when the next watch event arrives)
+        self._resumed: dict[str, set[str]] = {}
+        self._aborts: dict[str, set[str]] = {}
+        self._warned: dict[str, set[str]] = {}
+
+    def forget(self, key: str) -> None:
+        for d in (self._resumed, self._aborts, self._warned):
+            d.pop(key, None)
+
+    def reconcile(self, key: str, want: AnnotationControls) -> list[tuple[str, str, str]]:
+        run = self.manager.runs.get(key)
+        out: list[tuple[str, str, str]] = []
+        if run is None or run.phase.finished:
+            return out
+        for p in want.problems:
+            self._warn(key, p, out)
+        sent = self._aborts.setdefault(key, set())
+        if want.terminate and not run.terminated and "terminate" not in sent:
+            sent.update(("terminate", "stop"))
+            self.manager.abort(key, f"terminated by annotation {ANN_TERMINATE}", terminate=True)
+            out.append(("Normal", "Terminated", f"terminate requested by annotation {ANN_TERMINATE}"))
+        elif want.stop and not run.abort_requested and not sent:
+            sent.add("stop")
+            self.manager.abort(key, f"aborted by annotation {ANN_ABORT}")
+            out.append(("Normal", "Stopped", f"stop requested by annotation {ANN_ABORT}"))
+        out += self._suspension(run, want)
+        out += self.approve(run, want.approve)
+        return out
+
+    def _suspension(self, run: WorkflowRun, want: AnnotationControls) -> list[tuple[str, str, str]]:
+        out: list[tuple[str, str, str]] = []
+        key = run.key
+        if want.suspend and not run.suspended:
+            out.append(("Normal", "Suspended", self.manager.suspend(key)))
+        nodes = run.nodes
+        sel = want.suspend_nodes
+        add: list[str] = []
+        if sel:  # (every watch event of the object gets here: no scan without a selector)
+            add = sorted(
+                n.name
+                for n in nodes.values()
+                if _covered(n, sel) and not n.phase.finished and n.name not in run.suspended_nodes
+            )
+        drop = sorted(n for n in run.suspended_nodes if n not in nodes or not _covered(nodes[n], sel))
+        for name in sel:
+            if not _could_name(run, name):
+                self._warn(key, f"{ANN_SUSPEND_NODES}: no node or template {name!r}", out)
+        if add:
+            run.suspended_nodes.update(add)
+            out.append(("Normal", "Suspended", f"suspended {', '.join(add)}"))
+        resumed = (run.suspended and not want.suspend) or bool(drop)
+        if resumed:
+            what = []
+            if run.suspended and not want.suspend:
+                run.suspended = False
+                what.append(f"workflow {key} continues")
+            if drop:
+                run.suspended_nodes.difference_update(drop)
+                what.append(f"{', '.join(drop)} continue{'s' if len(drop) == 1 else ''}")
+            out.append(("Normal", "Resumed", "; ".join(what)))
+        if add or resumed:
+            run.update_gate()
+            if resumed:
+                held, run.held = run.held, []
+                for ev in held:  # gated again on arrival if still suspended
+                    self.manager.trigger.notify(ev)
+            self.manager._mark(run)
+            self.manager._workflow_changed(run)
+        return out
+
+    def approve(self, run: WorkflowRun, names: tuple[str, ...]) -> list[tuple[str, str, str]]:
+        """End the Suspend steps named (node or template names) that hold now; the others are
+        ignored (finished ones; not yet started ones are ended when they hold: call again)."""
+        if not names or run.phase.finished:
+            return []
+        from engine.phases import Event, EventType, NodePhase
+
+        done = self._resumed.setdefault(run.key, set())
+        hit: list[str] = []
+        for n in run.nodes.values():
+            if (
+                n.kind == "Suspend"
+                and n.phase is NodePhase.HOLDING
+                and n.name not in done
+                and _covered(n, names)
+            ):
+                done.add(n.name)
+                self.manager.trigger.notify(Event(run.key, n.name, EventType.NODE_RESUME))
+                hit.append(n.name)
+        out: list[tuple[str, str, str]] = []
+        for name in names:
+            if not _could_name(run, name):
+                self._warn(run.key, f"{ANN_APPROVE}: no node or template {name!r}", out)
+        if hit:
+            out.append(("Normal", "Approved", f"approved {', '.join(hit)} (annotation {ANN_APPROVE})"))
+        return out
+
+    def _warn(self, key: str, message: str, out: list[tuple[str, str, str]]) -> None:
+        warned = self._warned.setdefault(key, set())
+        if message not in warned:
+            warned.add(message)
+            out.append(("Warning", "InvalidControl", message))
+
+
+# --- the command side, Kubernetes form: patch the annotations, wait for the status ----------------------
+EXIT_REJECTED = 1
+EXIT_BAD_INPUT = 2
+WF_API = "chaosflow.io/v1alpha1"
+FINISHED_PHASES = ("Succeed", "Failed")
+
+
+class ControlRejected(Exception):
+    """A control that cannot be sent: ``code`` is the exit code (1 rejected, 2 bad input)."""
+
+    def __init__(self, message: str, code: int = EXIT_REJECTED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class KubePlan:
+    """The annotations to merge-patch (None removes one) and how to tell from the object that the
+    controller applied them."""
+
+    annotations: dict[str, str | None]
+    done: Callable[[dict[str, Any]], bool]
+    says: str  # what is asked, for the output
+    already: bool = False  # the status shows it already: nothing to patch
+
+
+def _status(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj.get("status") or {}
+
+
+def _engine(obj: dict[str, Any]) -> dict[str, Any]:
+    return _status(obj).get("engine") or {}
+
+
+def _nodes(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(_status(obj).get("nodes") or [])
+
+
+def _finished(obj: dict[str, Any]) -> bool:
+    return _status(obj).get("phase") in FINISHED_PHASES
+
+
+def _holding_suspends(obj: dict[str, Any], names: set[str]) -> set[str]:
+    return {
+        n["name"]
+        for n in _nodes(obj)
+        if n.get("name") in names and n.get("templateType") == "Suspend" and n.get("phase") == "Holding"
+    }
+
+
+def _resolve(obj: dict[str, Any], selector: str) -> list[dict[str, Any]]:
+    """Unfinished nodes named ``selector``, else of template ``selector`` (from status.nodes)."""
+    key = f"{obj['metadata'].get('namespace')}/{obj['metadata'].get('name')}"
+    unfinished = [n for n in _nodes(obj) if n.get("phase") not in FINISHED_PHASES]
+    named = [n for n in _nodes(obj) if n.get("name") == selector]
+    if named:
+        if named[0].get("phase") in FINISHED_PHASES:
+            raise ControlRejected(f"{key}: node {selector} already finished ({named[0].get('phase')})")
+        return named
+    found = [n for n in unfinished if n.get("templateName") == selector]
+    if found:
+        return found
+    templates = {t.get("name") for t in (obj.get("spec") or {}).get("templates") or []}
+    if selector in templates:
+        raise ControlRejected(f"{key}: no unfinished node of template {selector!r}")
+    raise ControlRejected(f"{key}: no node or template {selector!r}")
+
+
+def _approve_value(obj: dict[str, Any], add: list[str]) -> str:
+    """The approve annotation with ``add``: entries naming finished nodes are dropped (ignored anyway)."""
+    finished = {n.get("name") for n in _nodes(obj) if n.get("phase") in FINISHED_PHASES}
+    old = split_names(_annotations_of(obj).get(ANN_APPROVE))
+    keep = [n for n in old if n not in finished]
+    return ",".join(dict.fromkeys([*keep, *add]))
+
+
+def _annotations_of(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
+def kube_plan(action: str, obj: dict[str, Any], node: str | None = None) -> KubePlan:
+    """What `chaosflow ACTION -n NS NAME [--node X]` patches into the Workflow ``obj``, and when it is
+    applied (the same semantics as the local form: :func:`apply_control`)."""
+    m = obj.get("metadata") or {}
+    key = f"{m.get('namespace')}/{m.get('name')}"
+    if _finished(obj):
+        raise ControlRejected(f"workflow {key} already finished ({_status(obj).get('phase')})")
+    ann = _annotations_of(obj)
+    st = _status(obj)
+    if action == "stop":
+        return KubePlan(
+            {ANN_ABORT: "true"},
+            lambda o: bool(_engine(o).get("abortRequested")) or _finished(o),
+            f"stop requested for {key}",
+        )
+    if action == "terminate":
+        return KubePlan(
+            {ANN_TERMINATE: "true"},
+            lambda o: bool(_engine(o).get("terminated")) or _finished(o),
+            f"terminate requested for {key}",
+        )
+    if action == "suspend":
+        if node is None:
+            return KubePlan(
+                {ANN_SUSPEND: "true"},
+                lambda o: _status(o).get("suspended") is True,
+                f"workflow {key} suspended",
+                already=st.get("suspended") is True and parse_annotations(ann).suspend,
+            )
+        names = sorted(n["name"] for n in _resolve(obj, node))
+        sel = split_names(ann.get(ANN_SUSPEND_NODES))
+        value = ",".join(dict.fromkeys([*sel, node]))
+
+        def suspended(o: dict[str, Any]) -> bool:
+            return set(names) <= set(_engine(o).get("suspendedNodes") or ())
+
+        return KubePlan(
+            {ANN_SUSPEND_NODES: value}, suspended, f"suspended {', '.join(names)}", already=suspended(obj)
+        )
+    if action == "unsuspend":
+        want = parse_annotations(ann)
+        patch: dict[str, str | None] = {}
+        says: list[str] = []
+        approve: list[str] = []
+        if node is None:
+            if want.suspend or st.get("suspended") is not None or want.suspend_nodes:
+                patch.update({ANN_SUSPEND: None, ANN_SUSPEND_NODES: None})
+                says.append(f"workflow {key} continues")
+            approve = sorted(
+                n["name"]
+                for n in _nodes(obj)
+                if n.get("templateType") == "Suspend"
+                and n.get("phase") == "Holding"
+                and (n.get("state") or {}).get("manual")
+            )
+        elif node in want.suspend_nodes:
+            rest = [s for s in want.suspend_nodes if s != node]
+            patch[ANN_SUSPEND_NODES] = ",".join(rest) if rest else None
+            says.append(f"{node} continues")
+        else:
+            approve = sorted(
+                n["name"]
+                for n in _resolve(obj, node)
+                if n.get("templateType") == "Suspend" and n.get("phase") == "Holding"
+            )
+        if approve:
+            patch[ANN_APPROVE] = _approve_value(obj, approve)
+            says.append(f"{', '.join(approve)} resumed")
+        if not patch:
+            raise ControlRejected(f"nothing to continue in {key}" + (f" for {node!r}" if node else ""))
+        selectors = [s for s in want.suspend_nodes if s != node] if node is not None else []
+
+        def continued(o: dict[str, Any]) -> bool:
+            if _finished(o):
+                return True
+            if ANN_SUSPEND in patch and _status(o).get("suspended") is not None:
+                return False
+            if ANN_SUSPEND_NODES in patch and node is not None:
+                left = set(_engine(o).get("suspendedNodes") or ())
+                if any(n.get("name") in left and not _covered_d(n, selectors) for n in _nodes(o)):
+                    return False
+            return not _holding_suspends(o, set(approve))
+
+        return KubePlan(patch, continued, "; ".join(says))
+    raise ControlRejected(f"unknown action {action!r}", EXIT_BAD_INPUT)
+
+
+def _covered_d(n: dict[str, Any], names: list[str]) -> bool:
+    return n.get("name") in names or n.get("templateName") in names
+
+
+def _context_namespace(kubeconfig: str | None, context: str | None) -> str:
+    """The namespace of the kubeconfig context (as kubectl picks it), else ``default``."""
+    try:
+        from kubernetes.config.kube_config import list_kube_config_contexts
+
+        contexts, active = list_kube_config_contexts(config_file=kubeconfig)
+        ctx = next((c for c in contexts if c.get("name") == context), None) if context else active
+        return str(((ctx or {}).get("context") or {}).get("namespace") or "default")
+    except Exception:  # no kubeconfig, no contexts: KubePlayground reports it
+        return "default"
+
+
+def kube_control(
+    action: str,
+    name: str,
+    *,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    node: str | None = None,
+    wait: float = 30.0,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    """``chaosflow ACTION --kubeconfig K [-n NS] NAME``: merge-patch the control annotations of the
+    Workflow, then wait (at most ``wait`` seconds; 0: not at all) until its status shows that the
+    controller applied them. 0 applied, 1 rejected / not applied in time, 2 bad input."""
+    from actors.base import ActorError
+    from actors.kube import ClusterConfig, KubePlayground, RetryPolicy
+    from actors.kube.errors import KubeError
+
+    ns = namespace or _context_namespace(kubeconfig, context)
+    key = f"{ns}/{name}"
+    try:
+        cfg = ClusterConfig(
+            kubeconfig=kubeconfig,
+            context=context,
+            retry=RetryPolicy(attempts=3, initial=0.2, cap=1.0),
+            request_timeout=10.0,
+            connect_timeout=5.0,
+        )
+        pg = KubePlayground({"default": cfg})
+    except (ValueError, ActorError) as e:
+        print(f"error: {e}", file=err)
+        return EXIT_BAD_INPUT
+
+    def fail(e: ActorError) -> int:
+        code = e.code if isinstance(e, KubeError) else None
+        if code == 403:
+            print(f"{key}: forbidden: {e} (`{action}` needs `patch` on workflows: docs/rbac.md)", file=err)
+        else:
+            print(f"{key}: error: {e}", file=err)
+        return EXIT_REJECTED
+
+    try:
+        for _ in range(5):
+            try:
+                obj = pg.get("default", WF_API, "Workflow", ns, name)
+            except ActorError as e:
+                return fail(e)
+            if obj is None:
+                print(f"{key}: no such Workflow", file=err)
+                return EXIT_BAD_INPUT
+            try:
+                plan = kube_plan(action, obj, node)
+            except ControlRejected as e:
+                print(str(e), file=err)
+                return e.code
+            if plan.already:
+                print(f"{plan.says} (already)", file=out)
+                return 0
+            meta = {"annotations": plan.annotations, "resourceVersion": obj["metadata"]["resourceVersion"]}
+            try:
+                pg.patch("default", WF_API, "Workflow", ns, name, {"metadata": meta})
+                break
+            except KubeError as e:
+                if e.code == 409:
+                    continue  # changed meanwhile: plan again on the latest object
+                if e.code == 404:
+                    print(f"{key}: no such Workflow", file=err)
+                    return EXIT_BAD_INPUT
+                return fail(e)
+            except ActorError as e:
+                return fail(e)
+        else:
+            print(f"{key}: the object kept changing (5 conflicts); try again", file=err)
+            return EXIT_REJECTED
+        sets = ", ".join(f"{k}={v}" if v is not None else f"{k}-" for k, v in plan.annotations.items())
+        if wait <= 0:
+            print(f"{action} sent to {key} (annotations {sets})", file=out)
+            return 0
+        deadline = time.monotonic() + wait
+        latest = obj
+        while True:
+            try:
+                got = pg.get("default", WF_API, "Workflow", ns, name)
+            except ActorError:
+                got = latest  # a blip: try again until the deadline
+            if got is None:
+                print(f"{key}: the Workflow was deleted", file=err)
+                return EXIT_REJECTED
+            latest = got
+            if plan.done(got):
+                st = _status(got)
+                phase = f" ({st.get('phase')}, {st.get('progress')})" if st.get("phase") else ""
+                print(f"{plan.says}{phase}", file=out)
+                return 0
+            if _finished(got) and action == "suspend":
+                print(f"{key} finished ({_status(got).get('phase')}) before it was suspended", file=err)
+                return EXIT_REJECTED
+            if time.monotonic() > deadline:
+                if not _engine(got):
+                    why = "no controller has picked the Workflow up yet (is `chaosflow controller` running?)"
+                else:
+                    why = "is the controller running?"
+                print(
+                    f"{key}: annotations set ({sets}) but not applied within {wait:g}s: {why}; "
+                    "the controller applies them when it gets to it",
+                    file=err,
+                )
+                return EXIT_REJECTED
+            time.sleep(0.2)
+    finally:
+        pg.close()

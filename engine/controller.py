@@ -14,8 +14,13 @@ Only the leader acts: it subscribes to Workflows (all namespaces, or ``--namespa
 adopts each one (a fresh one starts; a half-done one resumes from ``status`` — effects are
 idempotent, so nothing is injected twice) and puts the ``chaosflow.io/cleanup`` finalizer on it.
 Deleting a Workflow aborts it with cleanup; the finalizer is removed when its run has finished
-(chaos deleted). The annotations ``chaosflow.io/abort: "true"`` and Chaos Mesh's
-``workflow.chaos-mesh.org/abort: "true"`` abort a run. A leader that cannot renew its Lease stops
+(chaos deleted). Controls are level-based annotations on the Workflow (engine/control.py),
+applied on the engine thread whenever the object changes and on adoption: ``chaosflow.io/abort``
+(or Chaos Mesh's ``workflow.chaos-mesh.org/abort``) ``"true"`` stops a run, ``chaosflow.io/terminate:
+"true"`` terminates it, ``chaosflow.io/suspend: "true"`` / ``chaosflow.io/suspend-nodes: "a,b"``
+suspend it or subtrees (removing them continues), ``chaosflow.io/approve: "a,b"`` ends those
+Suspend steps; each action is recorded as an Event (Stopped, Terminated, Suspended, Resumed,
+Approved). A leader that cannot renew its Lease stops
 writing at once and exits (its replacement resumes the runs). SIGTERM stops the loop, flushes
 status and releases the Lease.
 
@@ -40,20 +45,21 @@ from prometheus_client import Counter, Gauge
 from actors.base import ActorError
 from actors.kube import ClusterConfig, KubePlayground
 from engine.clock import RealClock
+from engine.control import AnnotationReconciler, parse_annotations
 from engine.cron_kube import KubeCronWorkflows
 from engine.events import EventRecorder
 from engine.kubestore import KubeStore, run_of, workflow_doc
 from engine.leader import LeaderElector, default_identity
 from engine.manager import WorkflowManager
 from engine.model import API_VERSION
-from engine.runtime import WorkflowRun
+from engine.phases import NodePhase
+from engine.runtime import Node, WorkflowRun
 from triggers.operable import OperableTrigger
 
 log = logging.getLogger("chaosflow.controller")
 
 KIND = "Workflow"
 FINALIZER = "chaosflow.io/cleanup"
-ABORT_ANNOTATIONS = ("chaosflow.io/abort", "workflow.chaos-mesh.org/abort")
 HOME = "default"
 
 IS_LEADER = Gauge("chaosflow_controller_is_leader", "1 while this controller holds the Lease")
@@ -68,9 +74,8 @@ def _key(obj: dict[str, Any]) -> str:
     return f"{m.get('namespace')}/{m.get('name')}"
 
 
-def _aborted(obj: dict[str, Any]) -> bool:
-    ann = (obj.get("metadata") or {}).get("annotations") or {}
-    return any(str(ann.get(a, "")).lower() == "true" for a in ABORT_ANNOTATIONS)
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 class Controller:
@@ -95,6 +100,8 @@ class Controller:
         self.events.host = identity or default_identity()
         self.manager.phase_listeners.append(self.events.node_changed)
         self.manager.workflow_listeners.append(self._workflow_changed)
+        self.controls = AnnotationReconciler(self.manager)
+        self.manager.phase_listeners.append(self._node_changed)
         self.elector = elector
         self.metrics: Any = None
         try:  # the engine's metrics (engine/metrics.py, default registry), when available
@@ -260,6 +267,7 @@ class Controller:
                     return
                 del mgr.runs[key]
                 self.store.forget(key)
+                self.controls.forget(key)
                 run = None
         if event_type == "DELETED":
             self.objects.pop(key, None)
@@ -269,6 +277,7 @@ class Controller:
                 else:
                     mgr.runs.pop(key, None)
                     self.store.forget(key)
+                    self.controls.forget(key)
             return
         old = self.objects.get(key)
         if old is not None and _rv_int(old) > _rv_int(obj):
@@ -292,12 +301,39 @@ class Controller:
             if deleting and FINALIZER in finalizers:
                 self._remove_finalizer(key)
             return
-        if deleting and not run.abort_requested:
-            log.info("workflow %s is being deleted: stopping it (chaos is cleaned up first)", key)
-            mgr.abort(key, "workflow deleted")
-        elif _aborted(obj) and not run.abort_requested:
-            log.info("workflow %s: abort requested by annotation", key)
-            mgr.abort(key, "aborted by annotation")
+        if deleting:
+            if not run.abort_requested:
+                log.info("workflow %s is being deleted: stopping it (chaos is cleaned up first)", key)
+                mgr.abort(key, "workflow deleted")
+            return
+        self._apply_controls(run, obj)
+
+    def _apply_controls(self, run: WorkflowRun, obj: dict[str, Any]) -> None:
+        """The control annotations (level-based: only what differs from the run's state is done)."""
+        want = parse_annotations(_annotations(obj))
+        done = self.controls.reconcile(run.key, want)
+        self._record(run, done)
+        if done:  # a suspension changes no node: no engine tick may follow to write the status
+            self.manager.flush()
+
+    def _record(self, run: WorkflowRun, done: list[tuple[str, str, str]]) -> None:
+        for etype, reason, message in done:
+            if etype == "Warning":
+                log.warning("workflow %s: %s", run.key, message)
+            else:
+                log.info("workflow %s: %s: %s", run.key, reason, message)
+            self.events.emit(run, etype, reason, message)
+
+    def _node_changed(self, run: WorkflowRun, node: Node, old: NodePhase) -> None:
+        """A Suspend step starts holding: end it at once when the approve annotation names it."""
+        if node.kind != "Suspend" or node.phase is not NodePhase.HOLDING:
+            return
+        obj = self.objects.get(run.key)
+        if obj is None:
+            return
+        names = parse_annotations(_annotations(obj)).approve
+        if node.name in names or node.template in names:
+            self._record(run, self.controls.approve(run, names))
 
     @staticmethod
     def _needs_cleanup(obj: dict[str, Any]) -> bool:
@@ -325,13 +361,7 @@ class Controller:
             log.info("workflow %s: resuming from status (%s, %s nodes)", key, run.phase.value, run.progress())
         self.store.adopted(run, obj)
         self.manager.adopt(run)
-        if run.phase.finished:
-            return run
-        if (
-            _aborted(obj) or (obj.get("metadata") or {}).get("deletionTimestamp")
-        ) and not run.abort_requested:
-            self.manager.abort(key, "aborted")
-        return run
+        return run  # _handle applies deletion and the control annotations
 
     def _invalid(self, obj: dict[str, Any], message: str) -> None:
         st = obj.get("status") or {}

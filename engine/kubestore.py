@@ -76,6 +76,8 @@ def status_of(run: WorkflowRun, revision: int) -> dict[str, Any]:
     }
     if run.exit_node is not None:
         st["exitNode"] = run.exit_node
+    if run.suspended or run.suspended_nodes:  # as `chaosflow run -o yaml` shows it (engine/runtime.py)
+        st["suspended"] = True if run.suspended else sorted(run.suspended_nodes)
     return st
 
 
