@@ -250,7 +250,8 @@ Effect = (
 class Observation:
     """Something a node observed, told live to the manager's ``observation_listeners`` (logs,
     metrics) when the transition is applied; it changes nothing in the run. ``what`` names it
-    (StatusCheck: ``conditionChanged``, ``healthChanged``), ``data`` is plain data."""
+    (StatusCheck: ``conditionChanged``, ``healthChanged``; Wait: ``objectsChanged``), ``data`` is
+    plain data."""
 
     what: str
     data: dict[str, Any]

@@ -17,6 +17,13 @@ values it saw.
 | NodeTimeout       | -                             | -> Failed                                       |
 
 Abort / deadline end the wait at once (Succeed when the deadline is a lifetime).
+
+Every change the wait sees (once every set has been listed) is also told live to the manager's
+``observation_listeners`` (``Transition.observations``): one ``objectsChanged`` observation
+``{objects: {var: object | null | [objects]}, holds}`` with the values the condition was evaluated
+on (shared with the watch: listeners must not modify them). It changes nothing in the run, so a
+Wait whose condition never holds (``"false"``) is a plain watcher for logs, stopped by its parent
+(megatest's volume-checker logs the replicas' conditions from it).
 """
 
 from __future__ import annotations
@@ -28,7 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from engine.duration import Duration, format_duration
 from engine.expr import Expr, ExprError, check_syntax
-from engine.phases import Effect, Event, NotifyAt, ObservedLists, ObserveKind, StopRequest, Transition
+from engine.phases import (
+    Effect,
+    Event,
+    NotifyAt,
+    Observation,
+    ObservedLists,
+    ObserveKind,
+    StopRequest,
+    Transition,
+)
 from engine.render import evaluate_bool, render
 from templates.base import IGNORED, E, NodeMachine, P, finish, finish_stopped
 from templates.loop import loop_context
@@ -196,7 +212,9 @@ def on_changed(m: WaitMachine, node: Node, ev: Event, run: WorkflowRun, now: flo
     try:
         holds, pending = eval_condition(run, node, spec.condition, extra)
     except ExprError as e:
-        return finish(False, f"wait.condition: {e}", "ExpressionError")
+        tr = finish(False, f"wait.condition: {e}", "ExpressionError")
+        tr.observations = (_observation(values, False),)
+        return tr
     if holds:
         outputs = {
             "objects": {
@@ -206,8 +224,19 @@ def on_changed(m: WaitMachine, node: Node, ev: Event, run: WorkflowRun, now: flo
         }
         tr = finish(True, f'condition "{spec.condition}" holds')
         tr.outputs = outputs
+        tr.observations = (_observation(values, True),)
         return tr
-    return Transition(None, [], state={"last": summary, "lastError": pending})
+    return Transition(
+        None,
+        [],
+        state={"last": summary, "lastError": pending},
+        observations=(_observation(values, False),),
+    )
+
+
+def _observation(values: dict[str, Any], holds: bool) -> Observation:
+    """What the wait saw, for the manager's observation listeners (live logs)."""
+    return Observation("objectsChanged", {"objects": values, "holds": holds})
 
 
 def _ref(obj: dict[str, Any]) -> str:

@@ -92,6 +92,21 @@ SPLIT_BRAIN_BUG = MegatestOptions(
 )
 
 
+#: every goroutine, with chaos most of the time: RVs flap (transitions) in 15 minutes
+CHAOTIC = MegatestOptions(
+    storage_classes=["a", "b"],
+    **{  # type: ignore[arg-type]
+        **ALL,
+        "duration": 900.0,
+        "seed": 7,
+        "chaos_period_min": 30.0,
+        "chaos_period_max": 60.0,
+        "chaos_incident_min": 40.0,
+        "chaos_incident_max": 60.0,
+    },
+)
+
+
 def test_a_condition_change_is_logged_when_it_happens_not_when_the_checker_ends(capture: Capture) -> None:
     res = _run(capture, SPLIT_BRAIN_BUG)
     assert res.report["brokenRVs"]
@@ -125,8 +140,7 @@ def test_a_condition_change_is_logged_when_it_happens_not_when_the_checker_ends(
 
 
 def test_watch_lines_count_every_transition_in_clock_order(capture: Capture) -> None:
-    o = MegatestOptions(storage_classes=["a", "b"], **{**ALL, "duration": 900.0, "seed": 7})  # type: ignore[arg-type]
-    res = _run(capture, o)
+    res = _run(capture, CHAOTIC)
     lines = capture.lines
     ats = [datetime.fromisoformat(ln.fields["at"]) for ln in lines]
     assert ats == sorted(ats), "megatest lines are not in the order of the run's clock"
@@ -143,12 +157,25 @@ def test_watch_lines_count_every_transition_in_clock_order(capture: Capture) -> 
     for rv, v in res.report["volumes"].items():
         for cond, n in v["transitions"].items():
             assert seen.get((rv, cond), 0) == n, (rv, cond)
+    # the replicas' condition lines: in the same order, one per flip, counted apart per RV
+    rvr_lines = [ln for ln in lines if ln.msg == "rvr condition"]
+    assert rvr_lines
+    flips: Counter[tuple[str, str]] = Counter()
+    for ln in rvr_lines:  # (the flip rules: test_volume_main.test_replica_condition_flips)
+        f = ln.fields
+        assert f["at"] == ln.clock and f["rvr"].startswith(f["rv"] + "-")
+        assert f["condition"] != "Attached" and f["expected"] == "True"
+        flips[(f["rv"], f["condition"])] += 1
+    for rv, v in res.report["volumes"].items():
+        assert {c: flips[(rv, c)] for c in v["rvrConditionFlips"]} == v["rvrConditionFlips"], rv
+    assert sum(flips.values()) == sum(
+        sum(v["rvrConditionFlips"].values()) for v in res.report["volumes"].values()
+    )
 
 
 def test_the_megatest_feeds_its_metrics_live(capture: Capture) -> None:
     reg = CollectorRegistry()
-    o = MegatestOptions(storage_classes=["a", "b"], **{**ALL, "duration": 900.0, "seed": 7})  # type: ignore[arg-type]
-    r = _run(capture, o, Metrics(reg)).report
+    r = _run(capture, CHAOTIC, Metrics(reg)).report
     per_cond = {c: sum(v["transitions"][c] for v in r["volumes"].values()) for c in ("IOReady", "Quorum")}
     assert sum(per_cond.values()) > 0
     for c, n in per_cond.items():
@@ -196,9 +223,10 @@ def test_metrics_addr_serves_during_a_paced_run(capture: Capture) -> None:
                 scraped.append(r.read().decode())
 
     capture.on_watch = scrape
-    o = replace(SPLIT_BRAIN_BUG, duration=300.0, metrics_addr=f"127.0.0.1:{port}", pace=1000.0)
+    # the first RV breaks after 17 minutes (seed 3)
+    o = replace(SPLIT_BRAIN_BUG, duration=1200.0, metrics_addr=f"127.0.0.1:{port}", pace=4000.0)
     res = _run(capture, o)
-    assert res.wall >= 300 / 1000 * 0.9  # paced: 300 virtual seconds at 1000 x wall time
+    assert res.wall >= 1200 / 4000 * 0.9  # paced: 1200 virtual seconds at 4000 x wall time
     assert scraped, "no condition changed during the run"
     text = scraped[0]
     assert 'chaosflow_megatest_condition_transitions_total{condition="IOReady"} 1.0' in text

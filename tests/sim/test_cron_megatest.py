@@ -15,6 +15,7 @@ import functools
 import io
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -164,8 +165,9 @@ def test_allow_overlapping_megatests_both_run_to_the_end() -> None:
     assert rc == 0, err
     assert r.submitted == [name(20), name(40), name(60)]  # the fire times: 00:20, 00:40, 01:00
     first, second = child(r, 20), child(r, 40)
-    assert (first.start_time, first.finish_time) == (at(20), at(50))
-    assert (second.start_time, second.finish_time) == (at(40), at(70))
+    assert first.start_time == at(20) and at(50) <= first.finish_time <= at(50) + 5
+    # (+ the chaos recovery of an incident the deadline ended: a losses incident's iptables cleanup)
+    assert second.start_time == at(40) and at(70) <= second.finish_time <= at(70) + 5
     assert first.phase.value == second.phase.value == "Succeed"  # both to the end (their deadline)
     for c in (first, second):
         vols = volumes(r, c.name)
@@ -272,7 +274,7 @@ def test_restart_continues_the_running_megatest_and_never_runs_a_tick_twice(tmp_
     test = second.world.clusters["test"]
     assert any(isinstance(c, ReplicatedVolumeController) and c.running for c in test.controllers)
     c = child(second, 20)
-    assert (c.phase.value, c.finish_time) == ("Succeed", at(50))
+    assert c.phase.value == "Succeed" and at(50) <= (c.finish_time or 0) <= at(50) + 5  # + chaos recovery
     # volumes live at the stop went on; volumes started after the restart got ready
     for v in live:
         again = second.manager.runs[v.key]
@@ -330,7 +332,7 @@ def recording(
     drive = runner_mod._drive
 
     def spy(env: Any, opts: RunOptions, runs: list[WorkflowRun]) -> int:
-        env.manager.phase_listeners.append(recorder)
+        recorder.attach(env.manager)  # phases and observations, as run_megatest does
         box.update(env=env, runs=runs)
         return drive(env, opts, runs)
 
@@ -389,7 +391,7 @@ def test_resume_restores_the_rv_world(tmp_path: Path, monkeypatch: pytest.Monkey
         for c in env.world.clusters["test"].controllers
     )
     main_run = box["runs"][0]
-    assert main_run.phase.value == "Succeed" and main_run.finish_time == T0 + 30 * M
+    assert main_run.phase.value == "Succeed" and T0 + 30 * M <= main_run.finish_time <= T0 + 30 * M + 5
     later = [r for r in env.manager.runs.values() if r.key != main_run.key and r.start_time > T0 + 15 * M]
     assert later and any(node_ok(v, "volume-wait-ready") for v in later)  # new volumes got ready
     assert objects_of(env.world, RV) == []  # every volume deleted at the end
@@ -467,3 +469,18 @@ def test_the_example_schedules_a_nightly_megatest() -> None:
     assert rc == 0, err
     (only,) = r.backend.children_runs(cron)
     assert only.phase.value == "Succeed" and volumes(r, only.name)
+
+
+def test_the_example_is_what_its_header_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """examples/cron-megatest.yaml = its header comment + the output of the command it names."""
+    text = EXAMPLE.read_text()
+    header = text[: text.index("# chaosflow megatest -o cron:")]
+    cmd = " ".join(
+        ln.lstrip("# ").rstrip("\\").strip() for ln in header.splitlines()[2:6] if ln.strip() != "#"
+    )
+    args = shlex.split(cmd)
+    assert args[0] == "chaosflow" and args[1] == "megatest", args
+    assert main(args[1:]) == 0
+    assert header + capsys.readouterr().out == text, (
+        "examples/cron-megatest.yaml is stale: regenerate it with the command in its header"
+    )

@@ -29,6 +29,8 @@ ATTACHER_PERIOD = (30, 60)
 REPLICA_PERIOD = (30, 300)
 #: volume-resizer (deferred): (rv, 50, 50, 4kb, 64kb)
 RESIZER = (50, 50, 4096, 65536)
+#: the label the controller puts on every RVR: the name of its RV (``LabelReplicatedVolume``)
+RVR_RV_LABEL = "sds-replicated-volume.deckhouse.io/replicated-volume"
 
 
 def _d(seconds: float) -> str:
@@ -110,25 +112,29 @@ PLAN = "nodes['volume-attacher-plan'].outputs"
 def volume_templates(o: MegatestOptions) -> list[dict[str, Any]]:
     a_lo, a_hi = ATTACHER_PERIOD
     r_lo, r_hi = REPLICA_PERIOD
+    # the seed's start order: volume-attacher, volume-resizer, volume-replica-destroyer,
+    # volume-replica-creator; volume-attacher lives in volume-lifetime (stopped before the RV is
+    # deleted), the others next to it (stopped after)
     workers = ["volume-lifetime"]
+    if o.enable_volume_resizer:
+        workers.append("volume-resizer")
     if o.enable_volume_replica_destroyer:
         workers.append("volume-replica-destroyer")
     if o.enable_volume_replica_creator:
         workers.append("volume-replica-creator")
-    if o.enable_volume_resizer:
-        workers.append("volume-resizer")
     ts: list[dict[str, Any]] = [
         _t(
             "volume-main",
             "Serial",
-            "volume-main(rv, sc, lifetime_period): choose the initial attachments, create the RV, "
-            "wait until it is ready, run its goroutines for the lifetime; on the end signal or "
-            "when the lifetime expires: stop checker and attachers, delete the RV and wait, then "
-            "stop resizer, replica destroyer and creator",
+            "volume-main(rv, sc, lifetime_period): choose how many nodes to publish at once and which; "
+            "action 'create rv'; start volume-attacher, volume-resizer, volume-replica-destroyer and "
+            "volume-replica-creator; wait until the RV is ready; start volume-checker. On the end "
+            "signal or when lifetime_period expires (ready or not): stop volume-checker and "
+            "volume-attacher, action 'delete rv' and wait for success, then stop volume-resizer, "
+            "volume-replica-destroyer and volume-replica-creator; exit",
             children=[
                 "volume-create-rv",
                 "volume-initial-attachments",
-                "volume-wait-ready",
                 "volume-goroutines",
             ],
             onExit="volume-teardown",
@@ -188,9 +194,46 @@ def volume_templates(o: MegatestOptions) -> list[dict[str, Any]]:
             for i in (0, 1)
         ),
         _t(
+            "volume-goroutines",
+            "Parallel",
+            "right after 'create rv' (the RV need not be ready yet) start: volume-attacher (in "
+            "volume-lifetime), volume-resizer, volume-replica-destroyer, volume-replica-creator; "
+            "when volume-lifetime ends (the RV is deleted), the resizer, destroyer and creator are stopped",
+            children=workers,
+            endWith=["volume-lifetime"],
+        ),
+        _t(
+            "volume-lifetime",
+            "Serial",
+            "until lifetime_period expires: volume-attacher, and volume-checker once the RV is ready; "
+            "then delete the RV (all RVAs first) and wait",
+            children=["volume-watch", "volume-teardown"],
+        ),
+        _t(
+            "volume-watch",
+            "Parallel",
+            "the lifetime timer, volume-attacher, and the ready wait followed by volume-checker; "
+            "when lifetime_period expires the attacher and the checker (or the ready wait, if the RV "
+            "never became ready) are stopped",
+            children=["volume-lifetime-timer", "volume-attacher", "volume-ready-then-check"],
+            endWith=["volume-lifetime-timer"],
+        ),
+        _suspend(
+            "volume-lifetime-timer",
+            "lifetime_period of the RV, counted from its creation",
+            "{{ workflow.parameters.lifetime }}",
+        ),
+        _t(
+            "volume-ready-then-check",
+            "Serial",
+            "wait until the RV is ready, then start volume-checker",
+            children=["volume-wait-ready", "volume-checker"],
+        ),
+        _t(
             "volume-wait-ready",
             "Wait",
-            "wait until the RV is ready: IOReady=True and Quorum=True",
+            "wait until the RV is ready: IOReady=True and Quorum=True (no timeout of its own: the "
+            "lifetime ends it)",
             wait={
                 "objects": {
                     "rv": {
@@ -203,36 +246,21 @@ def volume_templates(o: MegatestOptions) -> list[dict[str, Any]]:
                 },
                 "condition": "rv != null && rv.status.conditions.exists(c, c.type == 'IOReady' && c.status == 'True')"
                 " && rv.status.conditions.exists(c, c.type == 'Quorum' && c.status == 'True')",
-                "timeout": "10m",
             },
         ),
         _t(
-            "volume-goroutines",
-            "Parallel",
-            "the volume's goroutines; when volume-lifetime ends (the RV is deleted), the replica "
-            "destroyer, creator and resizer are stopped",
-            children=workers,
-            endWith=["volume-lifetime"],
-        ),
-        _t(
-            "volume-lifetime",
-            "Serial",
-            "watch the RV for its lifetime, then delete it (all RVAs first) and wait",
-            children=["volume-watch", "volume-teardown"],
-        ),
-        _t(
-            "volume-watch",
-            "Parallel",
-            "volume-checker and volume-attacher, stopped when the lifetime expires",
-            children=["volume-lifetime-timer", "volume-checker", "volume-attacher"],
-            endWith=["volume-lifetime-timer"],
-        ),
-        _suspend("volume-lifetime-timer", "lifetime_period of the RV", "{{ workflow.parameters.lifetime }}"),
-        _t(
             "volume-checker",
+            "Parallel",
+            "volume-checker(rv): collects the RV's state transitions from its conditions (watch, no "
+            "polling) and logs every replica condition that turns False; exits on the end signal",
+            children=["volume-checker-rv", "volume-checker-rvrs"],
+        ),
+        _t(
+            "volume-checker-rv",
             "StatusCheck",
-            "volume-checker(rv): watches (no polling) that IOReady and Quorum stay True and counts "
-            "their transitions: even = the RV held, odd = the attempts to break it succeeded",
+            "watches that IOReady and Quorum stay True (they start True) and counts their "
+            "transitions, logged with Reason and Message: even = the RV held, odd = the attempts to "
+            "break it succeeded",
             statusCheck={
                 "mode": "Continuous",
                 "type": "Kubernetes",
@@ -249,6 +277,25 @@ def volume_templates(o: MegatestOptions) -> list[dict[str, Any]]:
                         {"type": "Quorum", "status": "True"},
                     ],
                 },
+            },
+        ),
+        _t(
+            "volume-checker-rvrs",
+            "Wait",
+            "watches the RV's replicas (label replicated-volume=rv): every change is observed and a "
+            "condition of an rvr that turns False (and back) is logged (not Attached: it follows the "
+            "attacher); never holds, ends with the checker",
+            wait={
+                "objects": {
+                    "rvrs": {
+                        "cluster": TEST,
+                        "apiVersion": STORAGE_API,
+                        "kind": "ReplicatedVolumeReplica",
+                        "namespace": "",
+                        "labelSelector": f"{RVR_RV_LABEL}={RV}",
+                    }
+                },
+                "condition": "false",
             },
         ),
         _forever(

@@ -3,7 +3,9 @@
 :class:`MegatestRecorder` listens to the engine (``attach(manager)``): as a phase listener it logs
 every action's start and end (rv, action, parameters, result, duration); as an observation
 listener it logs each condition change the volume-checker's watch sees, when it sees it (rv,
-condition, expected, observed, reason, message, the running transition count). Every line carries
+condition, expected, observed, reason, message, the running transition count), and each condition
+of one of the RV's replicas that turns False or back (``rvr condition``: rv, rvr, condition,
+reason, message; not part of the RV's transition counts). Every line carries
 ``at``, the run's clock (virtual on the sim). With a :class:`~engine.metrics.Metrics` it feeds the
 megatest figures live (condition transitions, volumes created and gone, incidents, actions), and it
 collects the final report (per-RV transition counts, incidents, actions, RVs created/deleted).
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.clock import rfc3339
-from engine.phases import NodePhase
+from engine.phases import NodePhase, StopReason
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,8 +46,12 @@ INCIDENTS = {
     "pod-destroyer-controller-kill": "pod-destroy-controller",
 }
 CONDITIONS = ("IOReady", "Quorum")
-#: the StatusCheck template whose observations are the seed's volume-checker
-CHECKER = "volume-checker"
+#: the StatusCheck template of the seed's volume-checker: the RV's IOReady/Quorum transitions
+CHECKER = "volume-checker-rv"
+#: the Wait template of the volume-checker watching the RV's replicas ("condition rvr == false")
+RVR_WATCH = "volume-checker-rvrs"
+#: replica conditions not judged: Attached follows the attacher (a Secondary is Attached=False)
+RVR_IGNORED_CONDITIONS = frozenset({"Attached"})
 
 
 @dataclass
@@ -56,6 +62,10 @@ class VolumeRecord:
     deleted: bool = False
     checked: bool = False
     transitions: dict[str, int] = field(default_factory=lambda: dict.fromkeys(CONDITIONS, 0))
+    #: became ready (IOReady and Quorum) before its lifetime ended
+    ready: bool = False
+    #: replica condition type -> flips to or from False (not part of the verdict)
+    rvr_flips: Counter[str] = field(default_factory=Counter)
     phase: str = "Running"
     message: str = ""
 
@@ -106,6 +116,10 @@ def _params_of(node: Node) -> dict[str, Any]:
     return out
 
 
+#: why a node was stopped (``StopRequest.reason``): its action did not end by itself
+STOP_REASONS = frozenset(r.value for r in StopReason if r is not StopReason.CHILD_FAILED)
+
+
 def _result(node: Node) -> dict[str, Any]:
     keep = (
         "variant",
@@ -145,6 +159,8 @@ class MegatestRecorder:
         self.skipped_reboots = 0
         self.cleanup_failures: list[str] = []
         self._now: Callable[[], float] | None = None
+        #: (workflow, node) of a replica watch -> rvr uid -> (resourceVersion, {condition: status})
+        self._rvrs: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {}
 
     def attach(self, manager: WorkflowManager) -> MegatestRecorder:
         self._now = manager.clock.now
@@ -157,8 +173,11 @@ class MegatestRecorder:
 
     def observe(self, run: WorkflowRun, node: Node, ob: Observation, now: float) -> None:
         """The checker's watch saw a condition change (``templates/statuscheck.py``): log it and
-        count it now, not when the checker ends."""
+        count it now, not when the checker ends. The replica watch (``templates/wait.py``) saw the
+        RV's replicas change: log the conditions that turned False or back."""
         if node.template != CHECKER:
+            if node.template == RVR_WATCH and ob.what == "objectsChanged":
+                self._observe_rvrs(run, node, ob, now)
             return
         d = ob.data
         cond = d.get("condition")
@@ -184,6 +203,61 @@ class MegatestRecorder:
                 },
             )
 
+    def _observe_rvrs(self, run: WorkflowRun, node: Node, ob: Observation, now: float) -> None:
+        """A condition of a replica flips when its status turns ``False`` or stops being ``False``;
+        a condition is assumed True until seen (like the RV's), so a replica first seen with a
+        False condition (a new one still being set up) flips once, and back when it is fixed.
+        Unchanged replicas (same resourceVersion) are skipped; gone ones are forgotten (by uid: a
+        replica name is reused once its owner is gone)."""
+        rvrs = (ob.data.get("objects") or {}).get("rvrs")
+        if not isinstance(rvrs, list):
+            return
+        known = self._rvrs.setdefault((run.key, node.name), {})
+        current: dict[str, tuple[str, dict[str, str]]] = {}
+        rec: VolumeRecord | None = None
+        for r in rvrs:
+            meta = r.get("metadata") or {}
+            name = str(meta.get("name") or "")
+            uid = str(meta.get("uid") or name)
+            version = str(meta.get("resourceVersion") or "")
+            prev = known.get(uid)
+            if prev is not None and version and prev[0] == version:
+                current[uid] = prev
+                continue
+            statuses = dict(prev[1]) if prev is not None else {}
+            for c in (r.get("status") or {}).get("conditions") or ():
+                ctype = str(c.get("type"))
+                if ctype in RVR_IGNORED_CONDITIONS:
+                    continue
+                status = str(c.get("status"))
+                was = statuses.get(ctype, "True")
+                statuses[ctype] = status
+                if (status == "False") == (was == "False"):
+                    continue
+                if rec is None:
+                    rec = self.volume(run)
+                rec.rvr_flips[ctype] += 1
+                if log.isEnabledFor(logging.INFO):
+                    spec = r.get("spec") or {}
+                    log.info(
+                        "rvr condition",
+                        extra={
+                            "rv": rec.rv,
+                            "rvr": name,
+                            "replicaType": spec.get("type", ""),
+                            "node": spec.get("nodeName", ""),
+                            "condition": ctype,
+                            "expected": "True",
+                            "observed": status,
+                            "reason": str(c.get("reason") or ""),
+                            "detail": str(c.get("message") or ""),
+                            "at": rfc3339(now),
+                            "workflow": run.name,
+                        },
+                    )
+            current[uid] = (version, statuses)
+        self._rvrs[(run.key, node.name)] = current
+
     def volume(self, run: WorkflowRun) -> VolumeRecord:
         rv = _rv_of(run)
         rec = self.volumes.get(rv)
@@ -196,6 +270,7 @@ class MegatestRecorder:
         rv = _rv_of(run)
         if (
             (node.kind in ACTION_KINDS or tmpl == "volume-checker")
+            and tmpl != RVR_WATCH
             and old is NodePhase.INIT
             and not node.phase.finished
             and log.isEnabledFor(logging.INFO)
@@ -219,6 +294,11 @@ class MegatestRecorder:
             counts = node.outputs.get("conditionTransitions") or {}
             rec.checked = True
             rec.transitions = {c: int(counts.get(c, 0)) for c in CONDITIONS}
+        if tmpl == RVR_WATCH:  # a watcher, not an action: it ends with the checker
+            self._rvrs.pop((run.key, node.name), None)
+            return
+        if tmpl == "volume-wait-ready" and ok and node.reason not in STOP_REASONS:
+            self.volume(run).ready = True  # (not stopped by the end of the lifetime)
         if node.kind not in ACTION_KINDS:
             if tmpl == "volume-main":
                 rec = self.volume(run)
@@ -245,7 +325,8 @@ class MegatestRecorder:
                 "rv": rv,
                 "action": tmpl,
                 "parameters": _params_of(node),
-                "result": node.phase.value,
+                # stopped (the lifetime, the end signal) before it ended by itself
+                "result": "Stopped" if node.reason in STOP_REASONS else node.phase.value,
                 "outputs": result,
                 "detail": node.message,
                 "duration": round(took, 3),
@@ -308,6 +389,8 @@ class MegatestRecorder:
                     "deleted": v.deleted,
                     "checked": v.checked,
                     "transitions": v.transitions,
+                    "ready": v.ready,
+                    "rvrConditionFlips": dict(sorted(v.rvr_flips.items())),
                     "verdict": ("broken: " + ", ".join(v.broken)) if v.broken else "held",
                     "phase": v.phase,
                 }
@@ -335,12 +418,13 @@ def render_report(doc: dict[str, Any], fmt: str, out: TextIO) -> None:
     w = out.write
     w(f"megatest {doc['workflow']}: {doc['phase']}{' — ' + doc['message'] if doc['message'] else ''}\n")
     w(f"RVs created {doc['rvsCreated']}, deleted {doc['rvsDeleted']}, broken {len(doc['brokenRVs'])}\n\n")
-    w(f"{'RV':<14} {'SC':<8} {'IOReady':>7} {'Quorum':>6}  verdict\n")
+    w(f"{'RV':<14} {'SC':<8} {'IOReady':>7} {'Quorum':>6} {'rvr-flips':>9}  verdict\n")
     for rv, v in doc["volumes"].items():
         t = v["transitions"]
+        flips = sum(v.get("rvrConditionFlips", {}).values())
         w(
-            f"{rv:<14} {v['storageClass']:<8} {t['IOReady']:>7} {t['Quorum']:>6}  {v['verdict']}"
-            f"{'' if v['deleted'] else ' (not deleted)'}\n"
+            f"{rv:<14} {v['storageClass']:<8} {t['IOReady']:>7} {t['Quorum']:>6} {flips:>9}  {v['verdict']}"
+            f"{'' if v.get('ready', True) else ' (never ready)'}{'' if v['deleted'] else ' (not deleted)'}\n"
         )
     w("\nincidents:\n")
     for k, n in doc["incidents"].items():
