@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,19 @@ from actors.sim.controllers import (
 from actors.sim.errors import BadRequestError
 from engine.clock import Clock, TimerService
 
-__all__ = ["SimCluster", "SimConfig"]
+__all__ = ["SavedTimer", "SimCluster", "SimConfig", "restore_timers"]
+
+#: a controller timer of a snapshot: (order, due, controller, key)
+SavedTimer = tuple[int, float, Controller, Hashable]
+
+
+def restore_timers(timers: list[SavedTimer]) -> None:
+    """Schedule saved controller timers again in their original order (of all the clusters that
+    are restored together, before their controllers start and re-derive the others): timers due
+    at the same instant then fire in the same order as in the run the snapshot was taken of."""
+    for _, due, controller, key in sorted(timers, key=lambda t: t[0]):
+        controller.restore_timers([(due, key)])
+
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +58,9 @@ class SimCluster:
     ``rng`` is the seeded random source of the chaos controller (target selection); by default
     it is seeded from the cluster name, so runs are reproducible. ``snapshot()`` returns the whole
     state as JSON-serializable data; ``restore(data)`` replaces the state and restarts the
-    controllers, which re-derive their pending timers from the objects.
+    controllers, which re-derive their pending timers from the objects. The pending timers are
+    saved too, with their order, and scheduled again first: work due at the same instant is then
+    done in the same order as in the run the snapshot was taken of.
     """
 
     def __init__(
@@ -75,6 +89,7 @@ class SimCluster:
         self.jobs = JobController(self.api, timers, strict=strict)
         self.chaos = ChaosController(self.api, timers, self.rng, timing=self.config.chaos, strict=strict)
         self.controllers: list[Controller] = [self.pods, self.jobs, self.chaos]
+        self.restored_timers: list[SavedTimer] = []  # of the last restore()
         if start:
             self.start()
 
@@ -104,6 +119,7 @@ class SimCluster:
             "api": self.api.snapshot(),
             "rng": [version, list(internal), gauss],
             "controllers": {c.name: c.state() for c in self.controllers},
+            "timers": {c.name: c.pending_timers() for c in self.controllers},
         }
 
     def restore(self, data: Mapping[str, Any]) -> None:
@@ -123,8 +139,23 @@ class SimCluster:
         states = data.get("controllers") or {}
         for c in self.controllers:
             c.load_state(states.get(c.name) or {})
+        self.restored_timers = self.saved_timers(data)
         if was_running:
+            restore_timers(self.restored_timers)
             self.start()
+
+    def saved_timers(self, data: Mapping[str, Any]) -> list[SavedTimer]:
+        """The pending controller timers of a :meth:`snapshot` (with their order)."""
+        by_name = {c.name: c for c in self.controllers}
+        out: list[SavedTimer] = []
+        for name, timers in (data.get("timers") or {}).items():
+            c = by_name.get(name)
+            if c is not None:
+                out.extend(
+                    (int(seq), float(due), c, tuple(key) if isinstance(key, list) else key)
+                    for seq, due, key in timers
+                )
+        return out
 
     def __repr__(self) -> str:
         return f"SimCluster({self.name!r}, resourceVersion={self.api.resource_version()})"

@@ -21,6 +21,7 @@ are retried when nodes change. A Node created without a ``Ready`` condition is m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import random
@@ -54,6 +55,8 @@ Obj = dict[str, Any]
 _EPS = 1e-6
 _TERMINAL = ("Succeeded", "Failed")
 JOB_TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+#: orders the timers of every controller (saved with them in snapshots, see Controller.pending_timers)
+_TIMER_SEQ = itertools.count()
 
 
 def _t(ts: str | None) -> float | None:
@@ -119,20 +122,32 @@ class Controller:
         self.timers = timers
         self.strict = strict
         self._watches: list[Watch] = []
-        self._scheduled: dict[tuple[Hashable, float], None] = {}
+        #: pending timers (key, due) -> their order (a process-wide sequence number)
+        self._scheduled: dict[tuple[Hashable, float], int] = {}
         self._queue: dict[Hashable, None] = {}
         self._processing = False
         self._epoch = 0
         self.running = False
 
     def start(self) -> None:
-        """Open the watches (existing objects arrive as ADDED and are reconciled)."""
+        """Open the watches (existing objects arrive as ADDED and are reconciled).
+
+        Every watch fills its cache before anything is reconciled: the initial ADDED events only
+        queue keys, then the queue drains in order. After a restore a reconcile must never act on
+        half-loaded caches (the Job controller would take a running pod whose Job it has not seen
+        yet for an orphan and remove its tracking finalizer)."""
         if self.running:
             return
-        self.running = True
-        self._epoch += 1
-        self._scheduled.clear()
-        self._open_watches()
+        self.running = True  # (stop() voided the timers of the previous run; restored ones stay)
+        self._processing = True
+        try:
+            self._open_watches()
+        finally:
+            self._processing = False
+        if self._queue:
+            key = next(iter(self._queue))
+            del self._queue[key]
+            self._enqueue(key)
 
     def stop(self) -> None:
         self.running = False
@@ -185,7 +200,7 @@ class Controller:
         k = (key, due)
         if k in self._scheduled:
             return
-        self._scheduled[k] = None
+        self._scheduled[k] = next(_TIMER_SEQ)
         epoch = self._epoch
 
         def fire() -> None:
@@ -200,6 +215,21 @@ class Controller:
                 log.exception("%s: timer callback failed", self.name)
 
         self.timers.call_later(max(0.0, due - self.timers.now()), fire)
+
+    def pending_timers(self) -> list[list[Any]]:
+        """The pending timers as ``[order, due, key]`` (JSON-serializable; keys are tuples of
+        strings), for a snapshot: timers due at the same instant fire in the order they were
+        scheduled, which re-deriving them on a restore would not reproduce."""
+        return [
+            [seq, due, list(cast(tuple[str, ...], key)) if isinstance(key, tuple) else key]
+            for (key, due), seq in self._scheduled.items()
+        ]
+
+    def restore_timers(self, timers: list[tuple[float, Hashable]]) -> None:
+        """Schedule saved timers again (in the given order) before :meth:`start` re-derives the
+        others from the objects (a timer both saved and re-derived keeps its saved place)."""
+        for due, key in timers:
+            self._at(due, key)
 
     def state(self) -> dict[str, Any]:
         """Controller state worth saving in a snapshot (most controllers have none)."""

@@ -199,11 +199,15 @@ class SimWorld:
         for name in data:
             if name not in self.clusters:
                 self.add_cluster(name)
+        from actors.sim.cluster import restore_timers
+
         running = [c for c in self.clusters.values() if any(x.running for x in c.controllers)]
         for c in running:
             c.stop()
         for name, snap in data.items():
             self.clusters[name].restore(snap)
+        # the saved timers of all clusters in their one original order, then the controllers
+        restore_timers([t for name in data for t in self.clusters[name].restored_timers])
         for c in running:
             c.start()
 

@@ -57,9 +57,7 @@ class WorldController(Controller):
     def start(self) -> None:
         if self.running:
             return
-        self.running = True
-        self._epoch += 1
-        self._scheduled.clear()
+        self.running = True  # (stop() voided the timers of the previous run; restored ones stay)
         self._processing = True
         self._starting = True
         try:
