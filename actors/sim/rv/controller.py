@@ -107,6 +107,30 @@ class _View:
     data_access: dict[str, bool] = field(default_factory=dict)
 
 
+#: bound on the passes of :meth:`ReplicatedVolumeController._kernel_step` at one instant
+_MAX_PASSES = 8
+
+
+def _kernel_fingerprint(kern: VolumeKernel) -> tuple[Any, ...]:
+    """What steps 2.-5. of a kernel step may change."""
+    return (
+        kern.ever_primary,
+        tuple(
+            (
+                uid,
+                k.disk,
+                k.primary,
+                k.standalone,
+                k.attach_pending_since,
+                k.detach_pending_since,
+                k.sync_since,
+                k.sync_total,
+            )
+            for uid, k in kern.replicas.items()
+        ),
+    )
+
+
 @dataclass(slots=True)
 class _Reported:
     """What the agents reported about one replica (from ``rvr.status``)."""
@@ -848,7 +872,6 @@ class ReplicatedVolumeController(WorldController):
     ) -> _View:
         """DRBD and the agents' actions on it; returns the resulting connectivity view."""
         t = self.timing
-        bugs = self.bugs
         rvrs = self._replicas(rv["metadata"]["name"])
         live_uids = {r["metadata"]["uid"] for r in rvrs}
         for uid in [u for u in kern.replicas if u not in live_uids]:
@@ -856,7 +879,7 @@ class ReplicatedVolumeController(WorldController):
         by_node: dict[str, list[Obj]] = {}
         for r in rvrs:
             node = (r.get("spec") or {}).get("nodeName")
-            if node and not deleting(r):
+            if node and (not deleting(r) or _held(r)):
                 by_node.setdefault(str(node), []).append(r)
         # 1. node state and agent actions on resources (up, down, type changes)
         for r in rvrs:
@@ -875,13 +898,14 @@ class ReplicatedVolumeController(WorldController):
             agent_ok = now + EPS >= agent_at
             if not agent_ok:
                 dues.append(agent_at)
-            if deleting(r):
-                fins = meta.get("finalizers") or ()
-                if A.AGENT_FINALIZER not in fins:
-                    continue
-                if any(f != A.AGENT_FINALIZER for f in fins):
-                    # the controller has not released the replica yet (rvr-finalizer-release):
-                    # the DRBD resource stays up and keeps its vote
+            held = _held(r)
+            if held and k is not None and k.configured:
+                # the controller has not released the replica yet (rvr-finalizer-release): the DRBD
+                # resource stays up and keeps its vote. (Not up, after its node rebooted: the agent
+                # reconciles every replica of its node and brings it up again, below.)
+                continue
+            if deleting(r) and not held:
+                if A.AGENT_FINALIZER not in (meta.get("finalizers") or ()):
                     continue
                 if agent_ok and not (k is not None and k.primary):
                     since = max(parse_ts(meta.get("deletionTimestamp")) or now, agent_at)
@@ -926,6 +950,33 @@ class ReplicatedVolumeController(WorldController):
                     # (a replica configured before the controller's finalizer existed: restored worlds)
                     self._add_finalizers(A.RVR, r, (A.AGENT_FINALIZER, A.CONTROLLER_FINALIZER))
         view = self._view(kern, port, net)
+        # 2.-5. run to a fixed point: one pass may enable another change at the same instant (a
+        # finished resync gives data access to an attachment, or is outdated again at once by a
+        # Primary it cannot reach). A second reconcile at this instant must find nothing to do,
+        # or the outcome would depend on when reconciles happen (e.g. after a restore).
+        for _ in range(_MAX_PASSES):
+            before = _kernel_fingerprint(kern)
+            pass_dues: list[float] = []
+            view = self._drbd_pass(rv, kern, port, net, now, pass_dues, view)
+            if _kernel_fingerprint(kern) == before:
+                break
+        dues.extend(pass_dues)
+        return view
+
+    def _drbd_pass(
+        self,
+        rv: Obj,
+        kern: VolumeKernel,
+        port: int | None,
+        net: NetworkModel,
+        now: float,
+        dues: list[float],
+        view: _View,
+    ) -> _View:
+        """Steps 2.-5. of :meth:`_kernel_step` (kernel state only, no API writes), once."""
+        t = self.timing
+        bugs = self.bugs
+        rvrs = self._replicas(rv["metadata"]["name"])
         # 2. injected bug: a replica that lost quorum to a network split stays StandAlone
         if bugs.quorum_not_regained_after_split_brain:
             marked = False
@@ -1037,14 +1088,24 @@ class ReplicatedVolumeController(WorldController):
             if not node or now + EPS < self._agent_at(node):
                 continue
             k = kern.replicas.get(meta["uid"])
-            if deleting(r) and (k is None or not k.configured):
-                continue  # (a deleted replica is reported while its DRBD resource is up)
+            if deleting(r) and (k is None or not k.configured) and not _held(r):
+                continue  # (a deleted replica is reported while it is up or held by the controller)
             status = _shallow(r.get("status") or {})
             gen = meta.get("generation")
             conds = Conditions(status, now, gen)
             if k is None or not k.configured:
                 conds.set(A.COND_CONFIGURED, False, "ConfigurationPending", "waiting for the DRBD resource")
                 conds.set(A.COND_ONLINE, False, "Uninitialized", "the DRBD resource is not up yet")
+                drbd = status.get("drbd")
+                if drbd:
+                    # it was up before its node rebooted: no resource now, so neither Primary nor in
+                    # quorum nor connected (the disk keeps its state), whatever was reported before
+                    status["drbd"] = {**drbd, "role": "Secondary", "quorum": False, "connections": []}
+                    msg = "the DRBD resource is not up"
+                    conds.set(A.COND_IN_QUORUM, False, "Uninitialized", msg)
+                    conds.set(A.COND_IO_READY, False, "Uninitialized", msg)
+                    conds.set(A.COND_ATTACHED, False, "AttachPending" if node in desired else "Detached", msg)
+                    conds.set(A.COND_READY, False, "NotReady", msg)
                 conds.commit()
                 self._write_status(r, status, requeue=False)
                 continue
@@ -1160,8 +1221,12 @@ class ReplicatedVolumeController(WorldController):
         if status.get("drbdPort") is None:
             status["drbdPort"] = self._allocate_port(name)
         rsc, want_d, want_tb = self._layout(rv)
+        # every replica of the volume carries its label (rvr-metadata: users' replicas too);
         # replicas created by users: schedule them
-        for r in self._replicas(name):
+        for item in self._replicas(name):
+            r = item
+            if (r["metadata"].get("labels") or {}).get(A.RV_LABEL) != name:
+                r = self._patch(A.RVR, r["metadata"]["name"], {"metadata": {"labels": {A.RV_LABEL: name}}})
             self._schedule_user_replica(name, r, rsc, now, dues)
         # placement and recreation
         if is_deleting:
@@ -1897,6 +1962,13 @@ def _applies(etype: str, cached: Obj | None, obj: Obj) -> bool:
 
 def _rv_of(obj: Obj) -> str:
     return str((obj.get("spec") or {}).get("replicatedVolumeName") or "")
+
+
+def _held(rvr: Obj) -> bool:
+    """A deleted replica the agent configured that the controller has not released yet (its
+    finalizer and another one are left): it stays a member of the volume, as a live one."""
+    fins = rvr["metadata"].get("finalizers") or ()
+    return deleting(rvr) and A.AGENT_FINALIZER in fins and any(f != A.AGENT_FINALIZER for f in fins)
 
 
 def _container_times(pod: Obj) -> tuple[float | None, float | None]:
