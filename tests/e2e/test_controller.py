@@ -351,20 +351,25 @@ def test_delete_running_workflow_cleans_up_first(
     pg: KubePlayground, ns: str, controllers: Callable[..., Controller]
 ) -> None:
     controllers("solo3", "--namespace", ns, "--no-leader-elect")
-    seen: list[tuple[str, str]] = []
+    seen: list[tuple[str, str, int]] = []
+
+    def rv(o: dict[str, Any]) -> int:
+        return int((o.get("metadata") or {}).get("resourceVersion") or 0)
 
     pg.create("default", workflow(ns, "doomed", [chaos_cm("hold", "60s")]))
     eventually(lambda: _assert(len(chaos_objects(pg, ns)) == 1), timeout=15)
     subs = [
-        pg.watch("default", "v1", "ConfigMap", ns, lambda t, o: seen.append((t, "cm"))),
-        pg.watch("default", WF_API, "Workflow", ns, lambda t, o: seen.append((t, "wf"))),
+        pg.watch("default", "v1", "ConfigMap", ns, lambda t, o: seen.append((t, "cm", rv(o)))),
+        pg.watch("default", WF_API, "Workflow", ns, lambda t, o: seen.append((t, "wf", rv(o)))),
     ]
     pg.delete("default", WF_API, "Workflow", ns, "doomed")
     eventually(lambda: _assert(get_wf(pg, ns, "doomed") is None), timeout=15)
-    eventually(lambda: _assert(("DELETED", "wf") in seen), timeout=5)
+    eventually(lambda: _assert({"cm", "wf"} <= {k for t, k, _ in seen if t == "DELETED"}), timeout=5)
     assert chaos_objects(pg, ns) == []
-    order = [x for x in seen if x[0] == "DELETED"]
-    assert order.index(("DELETED", "cm")) < order.index(("DELETED", "wf")), seen
+    # Two watch streams are not ordered with each other; etcd's revision (the resourceVersion of
+    # a DELETED event's object) is: the chaos ConfigMap went before the Workflow object.
+    deleted = {k: r for t, k, r in seen if t == "DELETED"}
+    assert 0 < deleted["cm"] < deleted["wf"], seen
     for s in subs:
         s.stop()
 
