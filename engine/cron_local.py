@@ -112,45 +112,6 @@ def _local(t: float, sched: ScheduleSet) -> str:
     return datetime.fromtimestamp(t, sched.timezone).strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
-# --- SQLite state: runs + deletes + snapshots in one transaction ------------------------------------
-class CronSQLiteStore(SQLiteStore):
-    """The run store plus deletion of children (history limits), in the same transaction."""
-
-    def __init__(self, path: str | Path, min_interval: float = 0.0) -> None:
-        super().__init__(path, min_interval)
-        self._deletes: set[str] = set()
-
-    def delete(self, key: str) -> None:
-        self._pending.pop(key, None)
-        self._deletes.add(key)
-
-    def flush(self) -> None:
-        self._write()
-
-    def _write(self) -> None:
-        from engine.runtime import run_to_record
-
-        rows = [
-            (r.key, r.phase.value, json.dumps(run_to_record(r), separators=(",", ":")), time.time())
-            for r in self._pending.values()
-        ]
-        metas = [(k, json.dumps(fn(), separators=(",", ":"))) for k, fn in self.snapshots.items()]
-        deletes = [(k,) for k in sorted(self._deletes)]
-        db = self._db
-        db.execute("BEGIN")
-        try:
-            db.executemany("INSERT OR REPLACE INTO workflows VALUES (?, ?, ?, ?)", rows)
-            db.executemany("DELETE FROM workflows WHERE key = ?", deletes)
-            db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", metas)
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        self._pending.clear()
-        self._deletes.clear()
-        self.saves += 1
-
-
 def _status_key(cron: CronWorkflow) -> str:
     return f"cron:{cron.key}"
 
@@ -159,7 +120,7 @@ def _status_key(cron: CronWorkflow) -> str:
 class ManagerCronBackend:
     """A :class:`~engine.cron.CronBackend` on a WorkflowManager (and its SQLite store)."""
 
-    def __init__(self, manager: WorkflowManager, store: CronSQLiteStore | None = None) -> None:
+    def __init__(self, manager: WorkflowManager, store: SQLiteStore | None = None) -> None:
         self.manager = manager
         self.store = store
 
@@ -255,9 +216,9 @@ class LocalCronRunner:
         self.clock = VirtualClock(start)
         self.trigger = OperableTrigger(self.clock)
         self.world = SimWorld(self.clock, self.trigger, seed=seed)
-        self.store: CronSQLiteStore | None = None
+        self.store: SQLiteStore | None = None
         if opts.state:
-            self.store = CronSQLiteStore(opts.state, min_interval=opts.checkpoint_interval)
+            self.store = SQLiteStore(opts.state, min_interval=opts.checkpoint_interval)
         self.manager = WorkflowManager(self.world.playground, self.clock, self.trigger, self.store)
         self.backend = ManagerCronBackend(self.manager, self.store)
         statuses: dict[str, Any] = {}

@@ -71,6 +71,7 @@ class SQLiteStore:
         self.min_interval = min_interval
         self._last = 0.0
         self._pending: dict[str, WorkflowRun] = {}
+        self._deletes: set[str] = set()
         self.saves = 0
 
     def save(self, runs: list[WorkflowRun], force: bool = False) -> None:
@@ -83,8 +84,14 @@ class SQLiteStore:
         self._last = now
 
     def flush(self) -> None:
-        if self._pending or self.snapshots:
+        if self._pending or self._deletes or self.snapshots:
             self._write()
+
+    def delete(self, key: str) -> None:
+        """Forget a run (e.g. a cron child beyond the history limit) with the next write, in the
+        same transaction as the runs and snapshots."""
+        self._pending.pop(key, None)
+        self._deletes.add(key)
 
     def flush_due(self) -> None:
         """Write what a throttled ``save`` left pending once ``min_interval`` has passed (an engine
@@ -99,16 +106,19 @@ class SQLiteStore:
             for r in self._pending.values()
         ]
         metas = [(k, json.dumps(fn(), separators=(",", ":"))) for k, fn in self.snapshots.items()]
+        deletes = [(k,) for k in sorted(self._deletes)]
         db = self._db
         db.execute("BEGIN")
         try:
             db.executemany("INSERT OR REPLACE INTO workflows VALUES (?, ?, ?, ?)", rows)
+            db.executemany("DELETE FROM workflows WHERE key = ?", deletes)
             db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)", metas)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
             raise
         self._pending.clear()
+        self._deletes.clear()
         self.saves += 1
 
     def put_meta(self, key: str, value: Any) -> None:

@@ -101,32 +101,20 @@ class ObjectWatchTrigger:
         namespace: str | None,
         name: str,
     ) -> None:
-        args = (workflow, node, cluster, api_version, kind, namespace, name)
-        try:
-            self._observe(*args)
-        except ActorError as e:
-            self._schedule_retry((workflow, node), ("object", *args[2:]), self.observe, args, e)
-
-    def _observe(
-        self,
-        workflow: str,
-        node: str,
-        cluster: str,
-        api_version: str,
-        kind: str,
-        namespace: str | None,
-        name: str,
-    ) -> None:
-        if not self._pg.namespaced(cluster, api_version, kind):
-            namespace = None
-        okey: ObjKey = (cluster, api_version, kind, namespace, name)
         who = (workflow, node)
-        self._observers.setdefault(okey, set()).add(who)
-        self._by_node.setdefault(who, set()).add(okey)
-        kkey: KindKey = (cluster, api_version, kind)
-        if kkey not in self._watches:
-            self._watches[kkey] = self._pg.watch(cluster, api_version, kind, None, self._handler(kkey))
-        obj = self._pg.get(cluster, api_version, kind, namespace, name)
+        try:
+            ns = None if not self._pg.namespaced(cluster, api_version, kind) else namespace
+            okey: ObjKey = (cluster, api_version, kind, ns, name)
+            self._observers.setdefault(okey, set()).add(who)
+            self._by_node.setdefault(who, set()).add(okey)
+            kkey: KindKey = (cluster, api_version, kind)
+            if kkey not in self._watches:
+                self._watches[kkey] = self._pg.watch(cluster, api_version, kind, None, self._handler(kkey))
+            obj = self._pg.get(cluster, api_version, kind, ns, name)
+        except ActorError as e:
+            args = (workflow, node, cluster, api_version, kind, namespace, name)
+            self._schedule_retry(who, ("object", *args[2:]), self.observe, args, e)
+            return
         self._notify(Event(workflow, node, EventType.NODE_OBJECT_CHANGED, obj))
 
     def _schedule_retry(
@@ -182,49 +170,37 @@ class ObjectWatchTrigger:
         key: str,
     ) -> None:
         """Observe the objects of a kind matching (namespace, selector, name) as the set ``key``."""
-        args = (workflow, node, cluster, api_version, kind, namespace, label_selector, name, key)
-        try:
-            self._observe_kind(*args)
-        except ActorError as e:
-            self._schedule_retry((workflow, node), ("set", key), self.observe_kind, args, e)
-
-    def _observe_kind(
-        self,
-        workflow: str,
-        node: str,
-        cluster: str,
-        api_version: str,
-        kind: str,
-        namespace: str | None,
-        label_selector: str | None,
-        name: str | None,
-        key: str,
-    ) -> None:
         from actors.sim.selectors import compile_label_selector
 
-        if not self._pg.namespaced(cluster, api_version, kind):
-            namespace = None
-        kkey: KindKey = (cluster, api_version, kind)
-        oset = _ObservedSet(kkey, namespace, name, compile_label_selector(label_selector or None))
         who = (workflow, node)
-        with self._sets_lock:
-            if kkey not in self._watches:
-                self._watches[kkey] = self._pg.watch(cluster, api_version, kind, None, self._handler(kkey))
-            if name is not None:
-                obj = self._pg.get(cluster, api_version, kind, namespace, name)
-                found = [obj] if obj is not None and oset.matches(obj) else []
-            else:
-                found = [
-                    o
-                    for o in self._pg.list(cluster, api_version, kind, namespace, label_selector or None)
-                    if oset.matches(o)
-                ]
-            for o in found:
-                meta = o.get("metadata") or {}
-                oset.items[(meta.get("namespace") or "", meta.get("name") or "")] = o
-            self._sets.setdefault(kkey, {})[(workflow, node, key)] = oset
-            self._sets_by_node.setdefault(who, {})[key] = oset
-            payload = self._lists_of(who)
+        kkey: KindKey = (cluster, api_version, kind)
+        try:
+            ns = None if not self._pg.namespaced(cluster, api_version, kind) else namespace
+            oset = _ObservedSet(kkey, ns, name, compile_label_selector(label_selector or None))
+            with self._sets_lock:
+                if kkey not in self._watches:
+                    self._watches[kkey] = self._pg.watch(
+                        cluster, api_version, kind, None, self._handler(kkey)
+                    )
+                if name is not None:
+                    obj = self._pg.get(cluster, api_version, kind, ns, name)
+                    found = [obj] if obj is not None and oset.matches(obj) else []
+                else:
+                    found = [
+                        o
+                        for o in self._pg.list(cluster, api_version, kind, ns, label_selector or None)
+                        if oset.matches(o)
+                    ]
+                for o in found:
+                    meta = o.get("metadata") or {}
+                    oset.items[(meta.get("namespace") or "", meta.get("name") or "")] = o
+                self._sets.setdefault(kkey, {})[(workflow, node, key)] = oset
+                self._sets_by_node.setdefault(who, {})[key] = oset
+                payload = self._lists_of(who)
+        except ActorError as e:
+            args = (workflow, node, cluster, api_version, kind, namespace, label_selector, name, key)
+            self._schedule_retry(who, ("set", key), self.observe_kind, args, e)
+            return
         self._notify(Event(workflow, node, EventType.NODE_OBJECT_CHANGED, payload))
 
     def _lists_of(self, who: tuple[str, str]) -> ObservedLists:
