@@ -16,6 +16,27 @@ from templates.library.megatest.options import MegatestOptions
 from templates.library.megatest.run import sim_world_spec
 from triggers.operable import OperableTrigger
 
+#: command-line flags: every goroutine and all chaos on, with chaos held most of the time (small
+#: megatests in the cron and resume tests)
+ALL_CHAOS_FLAGS = [
+    "--log-level",
+    "error",
+    "--enable-pod-destroyer",
+    "--enable-volume-replica-destroyer",
+    "--enable-volume-replica-creator",
+    "--enable-volume-resizer",
+    "--enable-chaos-network-block",
+    "--enable-chaos-network-degrade",
+    "--enable-chaos-vm-reboot",
+    "--chaos-period-min",
+    "30s",
+    "--chaos-period-max",
+    "1m",
+    "--chaos-incident-min",
+    "1m",
+    "--chaos-incident-max",
+    "2m",
+]
 ALL = dict(
     enable_pod_destroyer=True,
     enable_volume_replica_destroyer=True,
@@ -82,3 +103,18 @@ def ready_rv(env: Env, rv: str = "rv-1", sc: str = "a") -> None:
 
 def templates_run(run: WorkflowRun) -> list[str]:
     return [n.template for n in run.nodes.values()]
+
+
+#: the injected quorum bug under frequent split-brains (seed 3): the checker must report it
+SPLIT_BRAIN_BUG = MegatestOptions(
+    storage_classes=["a", "b"],
+    enable_chaos_network_block=True,
+    chaos_period_min=30,
+    chaos_period_max=60,
+    chaos_incident_min=40,
+    chaos_incident_max=60,
+    max_volumes=4,
+    duration=1200,
+    seed=3,
+    sim_bugs=["quorum_not_regained_after_split_brain"],
+)

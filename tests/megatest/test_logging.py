@@ -22,7 +22,7 @@ from engine.clock import Clock, rfc3339
 from engine.metrics import Metrics
 from templates.library.megatest.options import MegatestOptions
 from templates.library.megatest.run import MegatestResult, run_megatest
-from tests.megatest.conftest import ALL
+from tests.megatest.conftest import ALL, SPLIT_BRAIN_BUG
 
 
 @dataclass
@@ -76,20 +76,6 @@ def _run(cap: Capture, o: MegatestOptions, metrics: Metrics | None = None) -> Me
 def _value(reg: CollectorRegistry, name: str, **labels: str) -> float:
     v = reg.get_sample_value(name, labels)
     return 0.0 if v is None else v
-
-
-SPLIT_BRAIN_BUG = MegatestOptions(
-    storage_classes=["a", "b"],
-    enable_chaos_network_block=True,
-    chaos_period_min=30,
-    chaos_period_max=60,
-    chaos_incident_min=40,
-    chaos_incident_max=60,
-    max_volumes=4,
-    duration=1200,
-    seed=3,
-    sim_bugs=["quorum_not_regained_after_split_brain"],
-)
 
 
 #: every goroutine, with chaos most of the time: RVs flap (transitions) in 15 minutes

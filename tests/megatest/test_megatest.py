@@ -13,7 +13,7 @@ from engine.model import Workflow
 from engine.validate import validate_workflow
 from templates.library.megatest.options import MegatestOptions
 from templates.library.megatest.run import run_megatest
-from tests.megatest.conftest import ALL, make_env
+from tests.megatest.conftest import ALL, SPLIT_BRAIN_BUG, make_env
 
 
 def _first(run, template):  # type: ignore[no-untyped-def]
@@ -84,18 +84,7 @@ def test_run_reports_and_is_deterministic() -> None:
 
 
 def test_injected_bug_is_reported_by_the_checker() -> None:
-    o = MegatestOptions(
-        storage_classes=["a", "b"],
-        enable_chaos_network_block=True,
-        chaos_period_min=30,
-        chaos_period_max=60,
-        chaos_incident_min=40,
-        chaos_incident_max=60,
-        max_volumes=4,
-        duration=1200,
-        seed=3,
-        sim_bugs=["quorum_not_regained_after_split_brain"],
-    )
+    o = SPLIT_BRAIN_BUG
     out = io.StringIO()
     res = run_megatest(o, "text", out)
     assert res.report["brokenRVs"], out.getvalue()

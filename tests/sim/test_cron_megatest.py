@@ -44,6 +44,7 @@ from engine.runtime import WorkflowRun
 from templates.library.megatest.options import MegatestOptions, add_megatest_flags, options_from_args
 from templates.library.megatest.report import MegatestRecorder
 from templates.library.megatest.run import run_megatest
+from tests.megatest.conftest import ALL_CHAOS_FLAGS
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "cron-megatest.yaml"
@@ -60,23 +61,7 @@ FLAGS = [
     "30m",
     "--seed",
     "5",
-    "--log-level",
-    "error",
-    "--enable-pod-destroyer",
-    "--enable-volume-replica-destroyer",
-    "--enable-volume-replica-creator",
-    "--enable-volume-resizer",
-    "--enable-chaos-network-block",
-    "--enable-chaos-network-degrade",
-    "--enable-chaos-vm-reboot",
-    "--chaos-period-min",
-    "30s",
-    "--chaos-period-max",
-    "1m",
-    "--chaos-incident-min",
-    "1m",
-    "--chaos-incident-max",
-    "2m",
+    *ALL_CHAOS_FLAGS,
 ]
 CILIUM = ("parent", "cilium.io/v2", "CiliumNetworkPolicy")
 JOB = ("test", "batch/v1", "Job")

@@ -36,27 +36,10 @@ from engine.loader import load_workflows_text
 from engine.runner import RunOptions, resume_local, run_local
 from engine.runtime import WorkflowRun
 from templates.library.megatest.report import MegatestRecorder
+from tests.megatest.conftest import ALL_CHAOS_FLAGS
 
 M = 60.0
-CHAOS = [
-    "--log-level",
-    "error",
-    "--enable-pod-destroyer",
-    "--enable-volume-replica-destroyer",
-    "--enable-volume-replica-creator",
-    "--enable-volume-resizer",
-    "--enable-chaos-network-block",
-    "--enable-chaos-network-degrade",
-    "--enable-chaos-vm-reboot",
-    "--chaos-period-min",
-    "30s",
-    "--chaos-period-max",
-    "1m",
-    "--chaos-incident-min",
-    "1m",
-    "--chaos-incident-max",
-    "2m",
-]
+CHAOS = ALL_CHAOS_FLAGS
 
 
 @functools.cache
